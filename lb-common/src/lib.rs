@@ -1,0 +1,298 @@
+//! Types shared by the XDP program (`lb-ebpf`) and userspace (`lb-userspace`).
+//!
+//! Every map key and value is `#[repr(C)]` with explicit padding, so the kernel, the
+//! eBPF program, userspace and `bpftool` (through BTF) all agree on the layout.
+//! Addresses are always 16 bytes (`[u32; 4]`, network byte order) so IPv6 fits
+//! without changing any map; an IPv4 address lives in word 0 and the rest are zero.
+//! Ports are stored in network byte order, exactly as they appear on the wire.
+#![no_std]
+
+/// Names of the maps, as declared in the eBPF object and pinned under the pin directory.
+pub mod names {
+    /// VIP table: [`VipKey`](crate::VipKey) -> [`VipMeta`](crate::VipMeta).
+    pub const VIPS: &str = "VIPS";
+    /// Port Range VIPs: LPM trie of [`RangeKey`](crate::RangeKey) -> [`VipMeta`](crate::VipMeta).
+    pub const RANGES: &str = "RANGES";
+    /// Address roles: [`AddrKey`](crate::AddrKey) -> `u32` bit set of `ADDR_*` flags.
+    pub const ADDRS: &str = "ADDRS";
+    /// Backend slots: index -> [`BackendSlot`](crate::BackendSlot).
+    pub const BACKENDS: &str = "BACKENDS";
+    /// Array of maps: VIP id -> Maglev table (array of backend slot indexes).
+    pub const MAGLEV: &str = "MAGLEV";
+    /// LRU connection table: [`FlowKey`](crate::FlowKey) -> [`FlowValue`](crate::FlowValue).
+    pub const CONNS: &str = "CONNS";
+    /// LRU reverse NAT table: reply-direction [`FlowKey`](crate::FlowKey) -> [`NatReverse`](crate::NatReverse).
+    pub const NAT_REV: &str = "NAT_REV";
+    /// Per-CPU counters per VIP id.
+    pub const VIP_STATS: &str = "VIP_STATS";
+    /// Per-CPU counters per backend slot.
+    pub const BACKEND_STATS: &str = "BACKEND_STATS";
+    /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
+    pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+    /// Name of the XDP program in the object.
+    pub const PROGRAM: &str = "lb_xdp";
+    /// A program that only passes frames; attached on veth peers so that XDP_REDIRECT
+    /// into them works (a veth drops redirected frames unless its peer runs XDP or GRO).
+    pub const PASS_PROGRAM: &str = "lb_xdp_pass";
+}
+
+/// Highest number of VIPs (size of the VIP-indexed arrays).
+pub const MAX_VIPS: u32 = 4096;
+/// Highest number of backend slots. A slot is one backend in one VIP's list.
+pub const MAX_BACKEND_SLOTS: u32 = 131_072;
+/// Default size of the connection table (flows), changeable at load time.
+pub const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
+/// Default Maglev table size per VIP (a prime).
+pub const DEFAULT_MAGLEV_SIZE: u32 = 65_537;
+/// Smallest allowed Maglev table size (a prime).
+pub const MIN_MAGLEV_SIZE: u32 = 251;
+/// Largest allowed Maglev table size.
+pub const MAX_MAGLEV_SIZE: u32 = 1 << 20;
+/// Number of entries in the Port Range LPM trie.
+pub const MAX_RANGE_PREFIXES: u32 = 16_384;
+/// Number of distinct addresses (VIPs and NAT backends) the address-role map holds.
+pub const MAX_ADDRS: u32 = 65_536;
+/// Flag for map-in-map inner arrays whose size may differ from the template.
+pub const BPF_F_INNER_MAP: u32 = 0x1000;
+
+/// Address family marker stored in keys.
+pub const FAMILY_V4: u8 = 4;
+/// Address family marker for IPv6 (reserved: the data path is IPv4 for now).
+pub const FAMILY_V6: u8 = 6;
+
+/// `ADDRS` role: the address is a VIP with exact (protocol, port) entries.
+pub const ADDR_VIP_EXACT: u32 = 1;
+/// `ADDRS` role: the address is a VIP with Port Range entries.
+pub const ADDR_VIP_RANGE: u32 = 1 << 1;
+/// `ADDRS` role: the address is an ANY-L3 VIP (every protocol).
+pub const ADDR_VIP_ANY: u32 = 1 << 2;
+/// `ADDRS` role: the address is a backend of a NAT-mode VIP, whose replies are reversed.
+pub const ADDR_NAT_BACKEND: u32 = 1 << 3;
+
+/// `VipMeta.flags`: direct server return (rewrite MACs only) instead of NAT.
+pub const VIP_F_DSR: u32 = 1;
+
+/// `BackendSlot.flags`: the slot is in use and its backend may keep flows.
+/// A slot without it (backend failed or removed) makes its flows re-hash.
+pub const SLOT_F_ACTIVE: u8 = 1;
+
+/// Protocol value used in [`VipKey`] for an ANY-L3 VIP.
+pub const PROTO_ANY: u8 = 0;
+
+/// Index into `GLOBAL_STATS`: frames too short or malformed for their headers.
+pub const GLOBAL_MALFORMED: u32 = 0;
+/// Index: frames that are not IPv4 (passed).
+pub const GLOBAL_NOT_IPV4: u32 = 1;
+/// Index: IPv4 fragments (passed untouched).
+pub const GLOBAL_FRAGMENT: u32 = 2;
+/// Index: IPv4 packets to no VIP and from no NAT backend (passed untouched).
+pub const GLOBAL_NO_VIP: u32 = 3;
+/// Index: packets for a VIP with no usable backend (dropped).
+pub const GLOBAL_NO_BACKEND: u32 = 4;
+/// Index: packets whose next hop could not be resolved (passed to the kernel).
+pub const GLOBAL_FIB_PASS: u32 = 5;
+/// Index: packets whose TTL would expire (passed to the kernel, which answers ICMP).
+pub const GLOBAL_TTL_EXPIRED: u32 = 6;
+/// Index: NAT replies reversed from the connection table.
+pub const GLOBAL_NAT_REPLY: u32 = 7;
+/// Index: packets forwarded by XDP_TX.
+pub const GLOBAL_TX: u32 = 8;
+/// Index: packets forwarded by XDP_REDIRECT.
+pub const GLOBAL_REDIRECT: u32 = 9;
+/// Index: packets from a NAT backend with no reverse entry (passed).
+pub const GLOBAL_NAT_REPLY_MISS: u32 = 10;
+/// Number of global counters.
+pub const GLOBAL_COUNT: u32 = 16;
+
+/// Key of the `ADDRS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AddrKey {
+    /// The address, network byte order.
+    pub addr: [u32; 4],
+}
+
+/// Key of the `VIPS` map: one (address, protocol, port) service.
+///
+/// ANY-L3 VIPs use `proto = PROTO_ANY` and `port = 0`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipKey {
+    /// VIP address, network byte order.
+    pub addr: [u32; 4],
+    /// Destination port, network byte order (0 for ANY-L3).
+    pub port: u16,
+    /// IP protocol number (6 TCP, 17 UDP, 0 any).
+    pub proto: u8,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+}
+
+/// Data part of the `RANGES` LPM key. Compared bit by bit in field order:
+/// address, protocol, a zero byte, then the port in network byte order.
+/// A Port Range is stored as the few prefixes that cover it exactly.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RangeData {
+    /// VIP address, network byte order.
+    pub addr: [u32; 4],
+    /// IP protocol number.
+    pub proto: u8,
+    /// Always zero.
+    pub pad: u8,
+    /// Port, network byte order.
+    pub port: u16,
+}
+
+/// Bits of `RangeData` before the port: a prefix of this length matches every port.
+pub const RANGE_PREFIX_BASE: u32 = 144;
+
+/// Full key of the `RANGES` LPM trie (kernel layout: prefix length, then data).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RangeKey {
+    /// Number of significant bits of `data`.
+    pub prefixlen: u32,
+    /// The compared bytes.
+    pub data: RangeData,
+}
+
+/// What the data path needs to know about a VIP.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipMeta {
+    /// Index into `MAGLEV` and `VIP_STATS`.
+    pub vip_id: u32,
+    /// `VIP_F_*` bits.
+    pub flags: u32,
+    /// Size of this VIP's Maglev table (prime).
+    pub table_size: u32,
+    /// Reserved, zero.
+    pub pad: u32,
+}
+
+/// One backend in one VIP's list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendSlot {
+    /// Backend address, network byte order.
+    pub addr: [u32; 4],
+    /// Backend port, network byte order; 0 keeps the packet's destination port.
+    pub port: u16,
+    /// `SLOT_F_*` bits.
+    pub flags: u8,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+    /// The VIP this slot belongs to.
+    pub vip_id: u32,
+}
+
+/// A flow as seen on the wire (client-to-VIP direction for `CONNS`, backend-to-client
+/// direction for `NAT_REV`). Non-TCP/UDP protocols use zero ports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address, network byte order.
+    pub src: [u32; 4],
+    /// Destination address, network byte order.
+    pub dst: [u32; 4],
+    /// Source port, network byte order.
+    pub sport: u16,
+    /// Destination port, network byte order.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+    /// Reserved, zero.
+    pub pad: u16,
+}
+
+/// Connection-table value: the backend slot a flow is pinned to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowValue {
+    /// Backend slot index.
+    pub slot: u32,
+    /// VIP id the flow belongs to.
+    pub vip_id: u32,
+}
+
+/// Reverse-NAT value: what to put back into a backend's reply.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatReverse {
+    /// VIP address, network byte order (becomes the reply's source).
+    pub vip_addr: [u32; 4],
+    /// VIP port, network byte order (becomes the reply's source port).
+    pub vip_port: u16,
+    /// Reserved, zero.
+    pub pad: u16,
+    /// VIP id, for counters.
+    pub vip_id: u32,
+    /// Backend slot, for counters.
+    pub slot: u32,
+}
+
+/// Per-CPU counters of one VIP or one backend slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets forwarded (both directions for NAT).
+    pub packets: u64,
+    /// Bytes forwarded (whole frames).
+    pub bytes: u64,
+    /// Flows newly assigned a backend (TCP SYN or connection-table miss).
+    pub new_flows: u64,
+    /// Packets dropped (no usable backend).
+    pub drops: u64,
+    /// Non-SYN packets that missed the connection table and were hashed again.
+    pub ct_misses: u64,
+}
+
+impl Counters {
+    /// Sums the per-CPU values of one entry.
+    pub fn add(&mut self, other: &Counters) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.new_flows += other.new_flows;
+        self.drops += other.drops;
+        self.ct_misses += other.ct_misses;
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)] plain data with explicit padding fields,
+    // so every bit pattern is valid and there are no implicit holes.
+    unsafe impl aya::Pod for super::AddrKey {}
+    unsafe impl aya::Pod for super::VipKey {}
+    unsafe impl aya::Pod for super::RangeData {}
+    unsafe impl aya::Pod for super::RangeKey {}
+    unsafe impl aya::Pod for super::VipMeta {}
+    unsafe impl aya::Pod for super::BackendSlot {}
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::FlowValue {}
+    unsafe impl aya::Pod for super::NatReverse {}
+    unsafe impl aya::Pod for super::Counters {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_hidden_padding() {
+        assert_eq!(size_of::<AddrKey>(), 16);
+        assert_eq!(size_of::<VipKey>(), 20);
+        assert_eq!(size_of::<RangeData>(), 20);
+        assert_eq!(size_of::<RangeKey>(), 24);
+        assert_eq!(size_of::<VipMeta>(), 16);
+        assert_eq!(size_of::<BackendSlot>(), 24);
+        assert_eq!(size_of::<FlowKey>(), 40);
+        assert_eq!(size_of::<FlowValue>(), 8);
+        assert_eq!(size_of::<NatReverse>(), 28);
+        assert_eq!(size_of::<Counters>(), 40);
+    }
+}

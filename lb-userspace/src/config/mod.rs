@@ -1,0 +1,5 @@
+//! Configuration: schema, defaults and validation.
+
+mod model;
+
+pub use model::*;

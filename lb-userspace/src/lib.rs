@@ -1,0 +1,8 @@
+//! The load balancer's library: configuration, health, selection and the XDP map writer.
+//!
+//! Data flows one way: `config` -> `health` -> `selection` -> `network` (XDP maps).
+
+pub mod config;
+pub mod health;
+pub mod network;
+pub mod selection;

@@ -1,0 +1,3 @@
+//! Network vServices: Maglev tables and the XDP map writer.
+
+pub mod maglev;

@@ -1,0 +1,1 @@
+//! Test support: packet builder and netns harness.
