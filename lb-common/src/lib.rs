@@ -11,7 +11,7 @@
 pub mod names {
     /// VIP table: [`VipKey`](crate::VipKey) -> [`VipMeta`](crate::VipMeta).
     pub const VIPS: &str = "VIPS";
-    /// Port Range VIPs: LPM trie of [`RangeKey`](crate::RangeKey) -> [`VipMeta`](crate::VipMeta).
+    /// Port Range VIPs: LPM trie of [`RangeData`](crate::RangeData) prefixes -> [`VipMeta`](crate::VipMeta).
     pub const RANGES: &str = "RANGES";
     /// Address roles: [`AddrKey`](crate::AddrKey) -> `u32` bit set of `ADDR_*` flags.
     pub const ADDRS: &str = "ADDRS";
@@ -31,9 +31,6 @@ pub mod names {
     pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
     /// Name of the XDP program in the object.
     pub const PROGRAM: &str = "lb_xdp";
-    /// A program that only passes frames; attached on veth peers so that XDP_REDIRECT
-    /// into them works (a veth drops redirected frames unless its peer runs XDP or GRO).
-    pub const PASS_PROGRAM: &str = "lb_xdp_pass";
 }
 
 /// Highest number of VIPs (size of the VIP-indexed arrays).
@@ -147,16 +144,6 @@ pub struct RangeData {
 /// Bits of `RangeData` before the port: a prefix of this length matches every port.
 pub const RANGE_PREFIX_BASE: u32 = 144;
 
-/// Full key of the `RANGES` LPM trie (kernel layout: prefix length, then data).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RangeKey {
-    /// Number of significant bits of `data`.
-    pub prefixlen: u32,
-    /// The compared bytes.
-    pub data: RangeData,
-}
-
 /// What the data path needs to know about a VIP.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -268,7 +255,6 @@ mod pod {
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::VipKey {}
     unsafe impl aya::Pod for super::RangeData {}
-    unsafe impl aya::Pod for super::RangeKey {}
     unsafe impl aya::Pod for super::VipMeta {}
     unsafe impl aya::Pod for super::BackendSlot {}
     unsafe impl aya::Pod for super::FlowKey {}
@@ -287,7 +273,6 @@ mod tests {
         assert_eq!(size_of::<AddrKey>(), 16);
         assert_eq!(size_of::<VipKey>(), 20);
         assert_eq!(size_of::<RangeData>(), 20);
-        assert_eq!(size_of::<RangeKey>(), 24);
         assert_eq!(size_of::<VipMeta>(), 16);
         assert_eq!(size_of::<BackendSlot>(), 24);
         assert_eq!(size_of::<FlowKey>(), 40);

@@ -1,1 +1,249 @@
-fn main() {}
+//! `lb`: load the XDP data path onto interfaces, apply a configuration, show status, and
+//! run as a daemon that survives its own restarts without interrupting forwarding.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use aya::programs::XdpMode;
+use clap::{Parser, Subcommand, ValueEnum};
+use lb::config::{self, AttachMode, Config};
+use lb::network::{self, DataPath, LoadOptions, Status};
+use tracing::{info, warn};
+
+#[derive(Parser)]
+#[command(name = "lb", version, about = "Load balancer: XDP Network vServices")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    /// Native (driver) XDP.
+    Drv,
+    /// Generic (skb) XDP, for NICs without native support.
+    Skb,
+}
+
+#[derive(clap::Args)]
+struct Target {
+    /// Configuration file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Interface to attach to; repeat for several (NAT needs the backend side too).
+    #[arg(long = "iface", value_delimiter = ',')]
+    ifaces: Vec<String>,
+    /// Attach mode (default: the config's, else drv).
+    #[arg(long)]
+    mode: Option<Mode>,
+    /// bpffs directory for pins (default: the config's, else /sys/fs/bpf/lb).
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load (or adopt) the data path, attach it, write the config's VIPs, and exit.
+    Load(Target),
+    /// Like `load`, then stay in the foreground: SIGHUP reloads the config; SIGTERM/SIGINT
+    /// exit and leave the program attached (forwarding continues; a restart adopts it).
+    Run(Target),
+    /// Detach from an interface; the last detach unloads the program and its maps.
+    Unload {
+        /// Interface to detach from.
+        #[arg(long = "iface", value_delimiter = ',', required = true)]
+        ifaces: Vec<String>,
+        /// bpffs directory of the pins.
+        #[arg(long, default_value = "/sys/fs/bpf/lb")]
+        pin_dir: PathBuf,
+    },
+    /// Show VIPs, backends and counters.
+    Status {
+        /// bpffs directory of the pins.
+        #[arg(long, default_value = "/sys/fs/bpf/lb")]
+        pin_dir: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a configuration file and print every error.
+    CheckConfig {
+        /// Configuration file (TOML).
+        file: PathBuf,
+    },
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Load(t) => {
+            let (mut dp, cfg) = load(&t)?;
+            apply(&mut dp, &cfg)
+        }
+        Command::Run(t) => daemon(&t),
+        Command::Unload { ifaces, pin_dir } => {
+            for iface in &ifaces {
+                if network::detach(&pin_dir, iface)? {
+                    println!("detached from {iface}; program unloaded");
+                } else {
+                    println!("detached from {iface}");
+                }
+            }
+            Ok(())
+        }
+        Command::Status { pin_dir, json } => status(&pin_dir, json),
+        Command::CheckConfig { file } => {
+            let (cfg, warnings) = config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            for w in warnings {
+                warn!("{w}");
+            }
+            println!(
+                "{}: ok ({} vServices, {} Backend Services)",
+                file.display(),
+                cfg.vservices.len(),
+                cfg.backend_services.len()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn read_config(path: &Path) -> Result<Config> {
+    let (cfg, warnings) = config::load_with_warnings(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    Ok(cfg)
+}
+
+/// Validates everything first, so a bad config or interface changes nothing loaded.
+fn load(t: &Target) -> Result<(DataPath, Config)> {
+    let cfg = read_config(&t.config)?;
+    let ifaces = if t.ifaces.is_empty() { cfg.xdp.interfaces.clone() } else { t.ifaces.clone() };
+    if ifaces.is_empty() {
+        bail!("no interface: give --iface or set xdp.interfaces in {}", t.config.display());
+    }
+    for iface in &ifaces {
+        if !Path::new("/sys/class/net").join(iface).exists() {
+            bail!("interface {iface} does not exist");
+        }
+    }
+    // Plan before touching the kernel: an unsupported vService fails here.
+    network::plan(&cfg, &HashSet::new())?;
+    let mode = match t.mode {
+        Some(Mode::Drv) => XdpMode::Driver,
+        Some(Mode::Skb) => XdpMode::Skb,
+        None => match cfg.xdp.attach_mode {
+            AttachMode::Driver => XdpMode::Driver,
+            AttachMode::Skb => XdpMode::Skb,
+        },
+    };
+    let pin_dir = t.pin_dir.clone().unwrap_or_else(|| cfg.xdp.pin_dir.clone());
+    let object = network::read_object()?;
+    let opts = LoadOptions { pin_dir: Some(pin_dir.clone()), conn_table_size: cfg.xdp.conn_table_size };
+    let mut dp = DataPath::load(&object, &opts)?;
+    if dp.adopted() {
+        info!(pin_dir = %pin_dir.display(), "adopted the running data path");
+    } else {
+        info!(pin_dir = %pin_dir.display(), "loaded the data path");
+    }
+    for iface in &ifaces {
+        dp.attach(iface, mode)?;
+        info!(iface, "attached");
+    }
+    Ok((dp, cfg))
+}
+
+fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
+    network::apply(dp, cfg, &HashSet::new()).context("writing the Network vServices")?;
+    let n = cfg.vservices.iter().filter(|v| v.kind.is_network()).count();
+    info!(vservices = n, "Network vServices written");
+    Ok(())
+}
+
+fn daemon(t: &Target) -> Result<()> {
+    let (mut dp, cfg) = load(t)?;
+    apply(&mut dp, &cfg)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        info!("running; SIGHUP reloads {}", t.config.display());
+        loop {
+            tokio::select! {
+                _ = hup.recv() => match read_config(&t.config) {
+                    Ok(cfg) => match apply(&mut dp, &cfg) {
+                        Ok(()) => info!("reloaded"),
+                        Err(e) => warn!("reload failed, previous state kept where possible: {e:#}"),
+                    },
+                    Err(e) => warn!("reload rejected, running config kept: {e:#}"),
+                },
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        info!("exiting; the data path stays attached");
+        Ok(())
+    })
+}
+
+fn status(pin_dir: &Path, json: bool) -> Result<()> {
+    if !pin_dir.join("prog").exists() {
+        bail!("no data path is loaded under {}", pin_dir.display());
+    }
+    let object = network::read_object().unwrap_or_default();
+    let opts = LoadOptions { pin_dir: Some(pin_dir.to_path_buf()), conn_table_size: 0 };
+    let dp = DataPath::load(&object, &opts)?;
+    let st = dp.status()?;
+    let ifaces = network::attached_interfaces(pin_dir);
+    if json {
+        let v = serde_json::json!({ "interfaces": ifaces, "vips": st.vips, "global": st.global.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>() });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_status(&st, &ifaces);
+    }
+    Ok(())
+}
+
+fn print_status(st: &Status, ifaces: &[String]) {
+    println!("attached to: {}", if ifaces.is_empty() { "-".into() } else { ifaces.join(", ") });
+    for v in &st.vips {
+        let c = &v.counters;
+        println!(
+            "\nvService {} {}:{}/{} {} table={} packets={} bytes={} new_flows={} drops={} ct_misses={}",
+            v.name, v.address, v.ports, v.proto, v.mode, v.table_size, c.packets, c.bytes, c.new_flows, c.drops, c.ct_misses
+        );
+        println!("  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}", "backend", "address", "weight", "state", "packets", "bytes", "new_flows");
+        for b in &v.backends {
+            println!(
+                "  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}",
+                b.name,
+                format!("{}:{}", b.address, b.port),
+                b.weight,
+                if b.active { "up" } else { "removed" },
+                b.counters.packets,
+                b.counters.bytes,
+                b.counters.new_flows
+            );
+        }
+    }
+    println!();
+    let line: Vec<String> = st.global.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("global: {}", line.join(" "));
+}

@@ -1,3 +1,14 @@
-//! Network vServices: Maglev tables and the XDP map writer.
+//! Network vServices: Maglev tables, the XDP loader and the map writer.
 
+mod loader;
 pub mod maglev;
+mod maps;
+mod plan;
+mod state;
+mod status;
+mod writer;
+
+pub use loader::{DataPath, LoadOptions, attached_interfaces, detach, object_path, read_object};
+pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
+pub use status::{BackendStatus, Status, VipStatus};
+pub use writer::{apply, apply_plan};

@@ -1,0 +1,67 @@
+//! Backend choice: connection table first, Maglev on a miss or a TCP SYN.
+
+use lb_common::{BackendSlot, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
+
+use crate::maps::{BACKENDS, CONNS, MAGLEV};
+
+/// Result of choosing a backend for one packet.
+pub struct Choice {
+    pub slot: u32,
+    pub backend: BackendSlot,
+    pub new_flow: bool,
+    pub ct_miss: bool,
+}
+
+/// Mixes the 5-tuple into a well-spread 32-bit hash (murmur3 finaliser per word).
+#[inline(always)]
+fn hash(key: &FlowKey) -> u32 {
+    #[inline(always)]
+    fn mix(mut h: u32, w: u32) -> u32 {
+        h ^= w.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
+        h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
+    }
+    let mut h = 0x9747_b28c;
+    h = mix(h, key.src[0]);
+    h = mix(h, key.dst[0]);
+    h = mix(h, ((key.sport as u32) << 16) | key.dport as u32);
+    h = mix(h, key.proto as u32);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+#[inline(always)]
+fn active_slot(slot: u32, vip_id: u32) -> Option<BackendSlot> {
+    let b = BACKENDS.get(slot)?;
+    if b.flags & SLOT_F_ACTIVE != 0 && b.vip_id == vip_id { Some(*b) } else { None }
+}
+
+/// Picks the backend for `key` on the VIP `meta`. `None`: the VIP has no usable backend.
+#[inline(always)]
+pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
+    let mut ct_miss = false;
+    if !is_syn {
+        match unsafe { CONNS.get(key) } {
+            Some(v) => {
+                // A flow keeps its backend while the slot is active (drained included);
+                // a failed or removed backend makes it re-hash below.
+                if let Some(backend) = active_slot(v.slot, meta.vip_id) {
+                    return Some(Choice { slot: v.slot, backend, new_flow: false, ct_miss: false });
+                }
+            }
+            None => ct_miss = true,
+        }
+    }
+    if meta.table_size == 0 {
+        return None;
+    }
+    let index = hash(key) % meta.table_size;
+    let slot = *MAGLEV.get_value(meta.vip_id, &index)?;
+    let backend = active_slot(slot, meta.vip_id)?;
+    let value = FlowValue { slot, vip_id: meta.vip_id };
+    // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
+    let _ = CONNS.insert(key, &value, 0);
+    Some(Choice { slot, backend, new_flow: true, ct_miss })
+}

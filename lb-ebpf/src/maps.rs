@@ -1,0 +1,64 @@
+//! Map definitions. Declared once here with BTF, so `bpftool map dump` pretty-prints them;
+//! the key and value types come from `lb-common`, shared with userspace.
+
+use aya_ebpf::{
+    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    macros::btf_map,
+};
+use lb_common::{
+    AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FlowKey,
+    FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_RANGE_PREFIXES, MAX_VIPS,
+    NatReverse, RangeData, VipKey, VipMeta,
+};
+
+/// `BPF_F_INNER_MAP` as the map-flags const parameter: inner tables may have any size.
+const INNER_MAP: usize = lb_common::BPF_F_INNER_MAP as usize;
+/// `BPF_F_NO_PREALLOC`, required by LPM tries.
+const NO_PREALLOC: usize = 1;
+
+/// Role bits of every VIP address and NAT backend address: one lookup rejects non-VIP traffic.
+#[btf_map]
+pub static ADDRS: HashMap<AddrKey, u32, { MAX_ADDRS as usize }> = HashMap::new();
+
+/// Exact (address, protocol, port) VIPs and ANY-L3 VIPs.
+#[btf_map]
+pub static VIPS: HashMap<VipKey, VipMeta, { MAX_VIPS as usize }> = HashMap::new();
+
+/// Port Range VIPs, each range stored as the prefixes that cover it.
+#[btf_map]
+pub static RANGES: LpmTrie<RangeData, VipMeta, { MAX_RANGE_PREFIXES as usize }, NO_PREALLOC> =
+    LpmTrie::new();
+
+/// Backend slots (one per backend per VIP).
+#[btf_map]
+pub static BACKENDS: Array<BackendSlot, { MAX_BACKEND_SLOTS as usize }> = Array::new();
+
+/// Per-VIP Maglev tables, swapped whole by userspace.
+#[btf_map]
+pub static MAGLEV: ArrayOfMaps<
+    Array<u32, { DEFAULT_MAGLEV_SIZE as usize }, INNER_MAP>,
+    { MAX_VIPS as usize },
+> = ArrayOfMaps::new();
+
+/// Connection table; its size is set by userspace at load time.
+#[btf_map]
+pub static CONNS: LruHashMap<FlowKey, FlowValue, { DEFAULT_CONN_TABLE_SIZE as usize }> =
+    LruHashMap::new();
+
+/// Reverse NAT entries (backend -> client direction).
+#[btf_map]
+pub static NAT_REV: LruHashMap<FlowKey, NatReverse, { DEFAULT_CONN_TABLE_SIZE as usize }> =
+    LruHashMap::new();
+
+/// Counters per VIP id.
+#[btf_map]
+pub static VIP_STATS: PerCpuArray<Counters, { MAX_VIPS as usize }> = PerCpuArray::new();
+
+/// Counters per backend slot.
+#[btf_map]
+pub static BACKEND_STATS: PerCpuArray<Counters, { MAX_BACKEND_SLOTS as usize }> =
+    PerCpuArray::new();
+
+/// Global counters, indexed by `lb_common::GLOBAL_*`.
+#[btf_map]
+pub static GLOBAL_STATS: PerCpuArray<u64, { GLOBAL_COUNT as usize }> = PerCpuArray::new();

@@ -1,0 +1,54 @@
+//! Per-CPU counter updates (no atomics on this target: per-CPU maps instead).
+
+use lb_common::Counters;
+
+use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
+
+/// Adds one to a global counter.
+#[inline(always)]
+pub fn global(index: u32) {
+    if let Some(c) = GLOBAL_STATS.get_ptr_mut(index) {
+        unsafe { *c += 1 };
+    }
+}
+
+/// What happened to one packet, for the VIP and backend counters.
+pub struct Event {
+    pub bytes: u64,
+    pub new_flow: bool,
+    pub ct_miss: bool,
+}
+
+#[inline(always)]
+fn bump(c: *mut Counters, ev: &Event) {
+    unsafe {
+        (*c).packets += 1;
+        (*c).bytes += ev.bytes;
+        if ev.new_flow {
+            (*c).new_flows += 1;
+        }
+        if ev.ct_miss {
+            (*c).ct_misses += 1;
+        }
+    }
+}
+
+/// Counts a forwarded packet on its VIP and backend slot.
+#[inline(always)]
+pub fn forwarded(vip_id: u32, slot: u32, ev: &Event) {
+    if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
+        bump(c, ev);
+    }
+    if let Some(c) = BACKEND_STATS.get_ptr_mut(slot) {
+        bump(c, ev);
+    }
+}
+
+/// Counts a packet dropped for lack of a usable backend.
+#[inline(always)]
+pub fn dropped(vip_id: u32) {
+    if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
+        unsafe { (*c).drops += 1 };
+    }
+    global(lb_common::GLOBAL_NO_BACKEND);
+}

@@ -1,0 +1,317 @@
+//! Loading the XDP object, or adopting the one already pinned, and attaching it.
+//!
+//! The program, its maps and its links are pinned under one bpffs directory, so that the
+//! daemon can exit or restart while the kernel keeps forwarding: a restarted daemon opens
+//! the pins instead of loading a second copy.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use aya::maps::{Map, MapData};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::links::Link as _;
+use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
+use aya_obj::programs::XdpAttachType;
+use aya::{Ebpf, EbpfLoader};
+use lb_common::names;
+
+use super::maps::Maps;
+use super::state::State;
+
+/// Every map the program declares, in the order they are pinned.
+const MAP_NAMES: [&str; 10] = [
+    names::ADDRS,
+    names::VIPS,
+    names::RANGES,
+    names::BACKENDS,
+    names::MAGLEV,
+    names::CONNS,
+    names::NAT_REV,
+    names::VIP_STATS,
+    names::BACKEND_STATS,
+    names::GLOBAL_STATS,
+];
+
+/// How to load the data path.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// bpffs directory for pins; `None` loads a private copy (tests, benchmarks).
+    pub pin_dir: Option<PathBuf>,
+    /// Connection-table size in flows (used only when the program is loaded fresh).
+    pub conn_table_size: u32,
+}
+
+/// The program either belongs to this process or was adopted from its pin.
+enum Program {
+    Owned(Box<Ebpf>),
+    Pinned(Xdp),
+}
+
+/// The loaded (or adopted) XDP program and its maps.
+pub struct DataPath {
+    program: Program,
+    pub(crate) maps: Maps,
+    pub(crate) state: State,
+    pin_dir: Option<PathBuf>,
+    adopted: bool,
+}
+
+/// Where the compiled XDP object is: `LB_XDP_OBJECT`, else next to the running binary
+/// (`lb-xdp`), else the path `cargo xtask build` writes in this repository.
+pub fn object_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("LB_XDP_OBJECT") {
+        return PathBuf::from(p);
+    }
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("lb-xdp")))
+        .filter(|p| p.exists())
+    {
+        return beside;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../lb-ebpf/target/bpfel-unknown-none/release/lb-xdp")
+}
+
+/// Reads the object file, with an error that tells how to build it.
+pub fn read_object() -> Result<Vec<u8>> {
+    let path = object_path();
+    fs::read(&path).with_context(|| {
+        format!(
+            "cannot read the XDP object {} (build it with `cargo xtask build`, or set LB_XDP_OBJECT)",
+            path.display()
+        )
+    })
+}
+
+fn prog_pin(dir: &Path) -> PathBuf {
+    dir.join("prog")
+}
+
+fn map_pin(dir: &Path, name: &str) -> PathBuf {
+    dir.join("maps").join(name)
+}
+
+fn link_pin(dir: &Path, iface: &str) -> PathBuf {
+    dir.join("links").join(iface)
+}
+
+/// Makes sure `dir` is on a mounted bpffs (mounting /sys/fs/bpf if nothing is there).
+fn ensure_bpffs(dir: &Path) -> Result<()> {
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && !is_bpffs(root) {
+        fs::create_dir_all(root).context("creating /sys/fs/bpf")?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
+            .status()
+            .context("running mount -t bpf")?
+            .success();
+        if !ok {
+            bail!("/sys/fs/bpf is not a bpf filesystem and mounting one failed");
+        }
+    }
+    fs::create_dir_all(dir.join("maps"))
+        .with_context(|| format!("creating pin directory {}", dir.display()))?;
+    fs::create_dir_all(dir.join("links"))?;
+    Ok(())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and st a properly sized out-parameter.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+impl DataPath {
+    /// Loads the object, or adopts the pinned program and maps when `pin_dir` holds them.
+    pub fn load(object: &[u8], opts: &LoadOptions) -> Result<DataPath> {
+        if let Some(dir) = &opts.pin_dir {
+            ensure_bpffs(dir)?;
+            if prog_pin(dir).exists() {
+                return Self::adopt(dir);
+            }
+        }
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(names::CONNS, opts.conn_table_size)
+            .map_max_entries(names::NAT_REV, opts.conn_table_size)
+            .load(object)
+            .context("loading the XDP object into the kernel")?;
+        let mut maps = Vec::new();
+        for name in MAP_NAMES {
+            let map = ebpf
+                .take_map(name)
+                .ok_or_else(|| anyhow!("the XDP object has no map {name}"))?;
+            if let Some(dir) = &opts.pin_dir {
+                let path = map_pin(dir, name);
+                let _ = fs::remove_file(&path);
+                map.pin(&path)
+                    .with_context(|| format!("pinning map {name} at {}", path.display()))?;
+            }
+            maps.push(map);
+        }
+        let prog: &mut Xdp = ebpf
+            .program_mut(names::PROGRAM)
+            .ok_or_else(|| anyhow!("the XDP object has no program {}", names::PROGRAM))?
+            .try_into()?;
+        prog.load().context("verifying the XDP program")?;
+        if let Some(dir) = &opts.pin_dir {
+            prog.pin(prog_pin(dir)).context("pinning the XDP program")?;
+        }
+        Ok(DataPath {
+            program: Program::Owned(Box::new(ebpf)),
+            maps: Maps::new(maps)?,
+            state: State::default(),
+            pin_dir: opts.pin_dir.clone(),
+            adopted: false,
+        })
+    }
+
+    fn adopt(dir: &Path) -> Result<DataPath> {
+        let mut maps = Vec::new();
+        for name in MAP_NAMES {
+            let path = map_pin(dir, name);
+            let data = MapData::from_pin(&path)
+                .with_context(|| format!("opening pinned map {}", path.display()))?;
+            maps.push(Map::from_map_data(data)?);
+        }
+        let prog = Xdp::from_pin(prog_pin(dir), XdpAttachType::Interface)
+            .with_context(|| format!("opening pinned program in {}", dir.display()))?;
+        Ok(DataPath {
+            program: Program::Pinned(prog),
+            maps: Maps::new(maps)?,
+            state: State::read(dir)?,
+            pin_dir: Some(dir.to_path_buf()),
+            adopted: true,
+        })
+    }
+
+    /// True when this process adopted an already running data path.
+    pub fn adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// The pin directory, if the data path is pinned.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pin_dir.as_deref()
+    }
+
+    fn xdp(&mut self) -> Result<&mut Xdp> {
+        match &mut self.program {
+            Program::Owned(ebpf) => Ok(ebpf
+                .program_mut(names::PROGRAM)
+                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+                .try_into()?),
+            Program::Pinned(xdp) => Ok(xdp),
+        }
+    }
+
+    fn xdp_ref(&self) -> Result<&Xdp> {
+        match &self.program {
+            Program::Owned(ebpf) => Ok(ebpf
+                .program(names::PROGRAM)
+                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+                .try_into()?),
+            Program::Pinned(xdp) => Ok(xdp),
+        }
+    }
+
+    /// Attaches to `iface` and pins the link, so it stays attached after this process.
+    /// An interface that already has our pinned link is left as it is.
+    pub fn attach(&mut self, iface: &str, mode: XdpMode) -> Result<()> {
+        let dir = self
+            .pin_dir
+            .clone()
+            .ok_or_else(|| anyhow!("attaching needs a pin directory"))?;
+        let path = link_pin(&dir, iface);
+        if path.exists() {
+            return Ok(());
+        }
+        let xdp = self.xdp()?;
+        let id = xdp
+            .attach(iface, mode)
+            .with_context(|| format!("attaching XDP to interface {iface} ({mode:?} mode)"))?;
+        let link = xdp.take_link(id)?;
+        let fd_link: FdLink = link
+            .try_into()
+            .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))?;
+        fd_link
+            .pin(&path)
+            .with_context(|| format!("pinning the link of {iface}"))?;
+        Ok(())
+    }
+
+    /// Runs the program once on `frame` (BPF_PROG_TEST_RUN) and returns (verdict, output).
+    /// `ingress_ifindex` is an interface of the calling thread's network namespace.
+    pub fn test_run(&self, frame: &[u8], ingress_ifindex: Option<u32>) -> Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let ctx = ingress_ifindex.map(|ifindex| xdp_md(frame.len(), ifindex));
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: ctx.as_ref().map(|c| &c[..]),
+            repeat: 1,
+            ..Default::default()
+        };
+        let res = self.xdp_ref()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        out.truncate(res.data_size_out as usize);
+        Ok((res.return_value, out))
+    }
+
+    /// Runs the program `repeat` times on `frame` and returns the kernel's mean time per run.
+    pub fn bench_run(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat,
+            ..Default::default()
+        };
+        let res = self.xdp_ref()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        Ok(res.duration)
+    }
+}
+
+/// The `struct xdp_md` context for a test run: data 0..len, given ingress interface.
+fn xdp_md(len: usize, ifindex: u32) -> [u8; 24] {
+    let mut md = [0u8; 24];
+    md[4..8].copy_from_slice(&(len as u32).to_ne_bytes());
+    md[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    md
+}
+
+/// Interfaces that have a pinned link under `dir`.
+pub fn attached_interfaces(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_dir(dir.join("links"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Detaches from `iface` (removing its pinned link). When no interface remains, removes
+/// every pin under `dir`, which unloads the program and frees its maps.
+pub fn detach(dir: &Path, iface: &str) -> Result<bool> {
+    let path = link_pin(dir, iface);
+    let link = PinnedLink::from_pin(&path).map_err(|e| {
+        anyhow!("interface {iface} has no XDP link pinned at {}: {e}", path.display())
+    })?;
+    let fd = link.unpin().context("removing the link pin")?;
+    fd.detach().context("detaching the XDP link")?;
+    if !attached_interfaces(dir).is_empty() {
+        return Ok(false);
+    }
+    fs::remove_dir_all(dir).with_context(|| format!("removing pins under {}", dir.display()))?;
+    State::remove(dir);
+    Ok(true)
+}

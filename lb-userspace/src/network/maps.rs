@@ -1,0 +1,62 @@
+//! Typed handles on the data path's maps (the same types the eBPF side declares).
+
+use anyhow::{Context, Result, anyhow};
+use aya::maps::{Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues};
+use lb_common::{
+    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, RangeData, VipKey, VipMeta,
+};
+
+/// One handle per map.
+pub(crate) struct Maps {
+    pub addrs: HashMap<MapData, AddrKey, u32>,
+    pub vips: HashMap<MapData, VipKey, VipMeta>,
+    pub ranges: LpmTrie<MapData, RangeData, VipMeta>,
+    pub backends: Array<MapData, BackendSlot>,
+    pub maglev: ArrayOfMaps<MapData, Array<MapData, u32>>,
+    /// Kept open for status and adoption; flows are written by the program only.
+    #[allow(dead_code)]
+    pub conns: HashMap<MapData, FlowKey, FlowValue>,
+    #[allow(dead_code)]
+    pub nat_rev: HashMap<MapData, FlowKey, NatReverse>,
+    pub vip_stats: PerCpuArray<MapData, Counters>,
+    pub backend_stats: PerCpuArray<MapData, Counters>,
+    pub global_stats: PerCpuArray<MapData, u64>,
+}
+
+impl Maps {
+    /// Takes the maps in `loader::MAP_NAMES` order.
+    pub fn new(maps: Vec<Map>) -> Result<Maps> {
+        let mut it = maps.into_iter();
+        let mut next = |name: &str| it.next().ok_or_else(|| anyhow!("map {name} missing"));
+        Ok(Maps {
+            addrs: next("ADDRS")?.try_into().context("ADDRS")?,
+            vips: next("VIPS")?.try_into().context("VIPS")?,
+            ranges: next("RANGES")?.try_into().context("RANGES")?,
+            backends: next("BACKENDS")?.try_into().context("BACKENDS")?,
+            maglev: next("MAGLEV")?.try_into().context("MAGLEV")?,
+            conns: next("CONNS")?.try_into().context("CONNS")?,
+            nat_rev: next("NAT_REV")?.try_into().context("NAT_REV")?,
+            vip_stats: next("VIP_STATS")?.try_into().context("VIP_STATS")?,
+            backend_stats: next("BACKEND_STATS")?.try_into().context("BACKEND_STATS")?,
+            global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
+        })
+    }
+
+    /// Sums one entry of a per-CPU counter array.
+    pub fn sum_counters(map: &PerCpuArray<MapData, Counters>, index: u32) -> Result<Counters> {
+        let per_cpu = map.get(&index, 0)?;
+        let mut total = Counters::default();
+        for c in per_cpu.iter() {
+            total.add(c);
+        }
+        Ok(total)
+    }
+
+    /// Zeroes one entry of a per-CPU counter array (a slot or VIP id given to a new owner).
+    pub fn reset_counters(map: &mut PerCpuArray<MapData, Counters>, index: u32) -> Result<()> {
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        let zeros = PerCpuValues::try_from(vec![Counters::default(); cpus])?;
+        map.set(index, zeros, 0)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,151 @@
+//! What the XDP maps should hold, derived from the configuration and backend health.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::{Result, bail};
+
+use crate::config::{Config, Forwarding, PortSpec, VServiceKind};
+
+/// One Network vService as the data path sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VipPlan {
+    /// vService name.
+    pub name: String,
+    /// The VIP.
+    pub address: Ipv4Addr,
+    /// IP protocol (6, 17) or 0 for ANY-L3.
+    pub proto: u8,
+    /// Inclusive port range; a single port is (p, p); ANY-L3 is (0, 0).
+    pub ports: (u16, u16),
+    /// Direct server return instead of NAT.
+    pub dsr: bool,
+    /// Maglev table size (prime).
+    pub table_size: u32,
+    /// The list, groups expanded, in order.
+    pub backends: Vec<BackendPlan>,
+}
+
+/// One backend of a VIP.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendPlan {
+    /// Backend Service name.
+    pub name: String,
+    /// Its address.
+    pub address: Ipv4Addr,
+    /// Its port (0 keeps the client's destination port).
+    pub port: u16,
+    /// Maglev weight; 0 drains (flows stay, no new ones).
+    pub weight: u32,
+    /// False when removed for failure: its flows re-hash.
+    pub active: bool,
+}
+
+impl VipPlan {
+    /// True for VIPs where health is not reflected (S-RF4: ANY-L3 and Port Range).
+    pub fn ignores_health(&self) -> bool {
+        self.proto == 0 || self.ports.0 != self.ports.1
+    }
+}
+
+fn v4(addr: IpAddr, what: &str) -> Result<Ipv4Addr> {
+    match addr {
+        IpAddr::V4(a) => Ok(a),
+        IpAddr::V6(_) => bail!("{what}: IPv6 is not supported by the XDP data path yet"),
+    }
+}
+
+/// Builds the plan of every Network vService. `down` names Backend Services that failed
+/// their health checks; they are kept as inactive slots (their flows re-hash), except on
+/// ANY-L3 and Port Range VIPs, which ignore health (S-RF4).
+pub fn plan(cfg: &Config, down: &HashSet<String>) -> Result<Vec<VipPlan>> {
+    let mut out = Vec::new();
+    for vs in cfg.vservices.iter().filter(|v| v.kind.is_network()) {
+        let (proto, ports) = match (vs.kind, vs.ports) {
+            (VServiceKind::AnyL3, _) | (_, PortSpec::Any) => (0, (0, 0)),
+            (VServiceKind::TcpL4, PortSpec::Single(p)) => (6, (p, p)),
+            (VServiceKind::TcpL4, PortSpec::Range(a, b)) => (6, (a, b)),
+            (VServiceKind::UdpL4, PortSpec::Single(p)) => (17, (p, p)),
+            (VServiceKind::UdpL4, PortSpec::Range(a, b)) => (17, (a, b)),
+        };
+        let mut vip = VipPlan {
+            name: vs.name.clone(),
+            address: v4(vs.address, &format!("vservice {}", vs.name))?,
+            proto,
+            ports,
+            dsr: vs.forwarding == Forwarding::Dsr,
+            table_size: vs.maglev_size,
+            backends: Vec::new(),
+        };
+        let ignore_health = vip.ignores_health();
+        let mut seen = HashSet::new();
+        for member in &vs.backends {
+            let names: Vec<&str> = match cfg.backend_groups.iter().find(|g| &g.name == member) {
+                Some(group) => group.members.iter().map(String::as_str).collect(),
+                None => vec![member.as_str()],
+            };
+            for name in names {
+                if !seen.insert(name) {
+                    continue;
+                }
+                let Some(svc) = cfg.backend_services.iter().find(|b| b.name == name) else {
+                    bail!("vservice {}: unknown backend service {name}", vs.name);
+                };
+                vip.backends.push(BackendPlan {
+                    name: svc.name.clone(),
+                    address: v4(svc.address, &format!("backend service {}", svc.name))?,
+                    port: svc.port,
+                    weight: svc.weight,
+                    active: ignore_health || !down.contains(&svc.name),
+                });
+            }
+        }
+        out.push(vip);
+    }
+    Ok(out)
+}
+
+/// Splits an inclusive port range into the fewest aligned prefixes (port, prefix bits).
+pub fn range_prefixes(start: u16, end: u16) -> Vec<(u16, u32)> {
+    let mut out = Vec::new();
+    let (mut lo, hi) = (start as u32, end as u32);
+    while lo <= hi {
+        let mut size_bits = 0u32;
+        while size_bits < 16 {
+            let block = 1u32 << (size_bits + 1);
+            if lo % block != 0 || lo + block - 1 > hi {
+                break;
+            }
+            size_bits += 1;
+        }
+        out.push((lo as u16, 16 - size_bits));
+        lo += 1 << size_bits;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covered(prefixes: &[(u16, u32)]) -> Vec<u32> {
+        let mut ports = Vec::new();
+        for &(base, bits) in prefixes {
+            let n = 1u32 << (16 - bits);
+            ports.extend((base as u32)..(base as u32 + n));
+        }
+        ports.sort();
+        ports
+    }
+
+    #[test]
+    fn range_prefixes_cover_exactly_the_range() {
+        for (a, b) in [(1000, 2000), (0, 65535), (80, 80), (1, 2), (65534, 65535), (1023, 1024)] {
+            let p = range_prefixes(a, b);
+            assert_eq!(covered(&p), (a as u32..=b as u32).collect::<Vec<_>>(), "{a}-{b}");
+            assert!(p.len() <= 32, "{a}-{b} used {} prefixes", p.len());
+        }
+        assert_eq!(range_prefixes(0, 65535), vec![(0, 0)]);
+        assert_eq!(range_prefixes(80, 80), vec![(80, 16)]);
+    }
+}

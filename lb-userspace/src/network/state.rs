@@ -1,0 +1,88 @@
+//! What the writer last wrote, kept beside the pins so a restarted daemon keeps the same
+//! VIP ids and backend slots (flows in the connection table point at slots) and so
+//! `lb status` can show names.
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The written layout of every VIP.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub vips: Vec<VipState>,
+    /// Next backend slot to try when allocating (slots are reused last).
+    pub next_slot: u32,
+}
+
+/// One VIP as written.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct VipState {
+    pub name: String,
+    pub vip_id: u32,
+    pub address: Ipv4Addr,
+    /// 6, 17, or 0 for ANY-L3.
+    pub proto: u8,
+    /// Inclusive port range; (0, 0) for ANY-L3.
+    pub ports: (u16, u16),
+    pub dsr: bool,
+    pub table_size: u32,
+    /// Fingerprint of the Maglev input, to skip rebuilding an unchanged table.
+    pub table_hash: u64,
+    pub backends: Vec<SlotState>,
+}
+
+/// One backend slot as written.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SlotState {
+    pub name: String,
+    pub slot: u32,
+    pub address: Ipv4Addr,
+    pub port: u16,
+    pub weight: u32,
+    pub active: bool,
+}
+
+/// The state file of a pin directory: /run/lb/<pin dir with / as ->.json.
+fn path_for(pin_dir: &Path) -> PathBuf {
+    let flat: String = pin_dir
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| if c == '/' { '-' } else { c })
+        .collect();
+    Path::new("/run/lb").join(format!("{flat}.json"))
+}
+
+impl State {
+    /// Reads the state of `pin_dir`; a missing file is an empty state.
+    pub fn read(pin_dir: &Path) -> Result<State> {
+        let path = path_for(pin_dir);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("reading data-path state {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Writes the state atomically (write + rename).
+    pub fn write(&self, pin_dir: &Path) -> Result<()> {
+        let path = path_for(pin_dir);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Forgets the state of an unloaded data path.
+    pub fn remove(pin_dir: &Path) {
+        let _ = fs::remove_file(path_for(pin_dir));
+    }
+}

@@ -1,0 +1,129 @@
+//! Reading back what the data path holds and counts, for `lb status` and tests.
+
+use anyhow::Result;
+use lb_common::*;
+use serde::Serialize;
+
+use super::loader::DataPath;
+use super::maps::Maps;
+
+/// Names of the global counters, in index order.
+const GLOBAL_NAMES: [(&str, u32); 11] = [
+    ("malformed", GLOBAL_MALFORMED),
+    ("not_ipv4", GLOBAL_NOT_IPV4),
+    ("fragment", GLOBAL_FRAGMENT),
+    ("no_vip", GLOBAL_NO_VIP),
+    ("no_backend_drop", GLOBAL_NO_BACKEND),
+    ("fib_pass", GLOBAL_FIB_PASS),
+    ("ttl_expired", GLOBAL_TTL_EXPIRED),
+    ("nat_reply", GLOBAL_NAT_REPLY),
+    ("tx", GLOBAL_TX),
+    ("redirect", GLOBAL_REDIRECT),
+    ("nat_reply_miss", GLOBAL_NAT_REPLY_MISS),
+];
+
+/// Everything `lb status` shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    /// One entry per Network vService.
+    pub vips: Vec<VipStatus>,
+    /// Global counters by name.
+    pub global: Vec<(&'static str, u64)>,
+}
+
+/// One VIP with its counters and backends.
+#[derive(Clone, Debug, Serialize)]
+pub struct VipStatus {
+    /// vService name.
+    pub name: String,
+    /// VIP address.
+    pub address: String,
+    /// "tcp", "udp" or "any".
+    pub proto: String,
+    /// "80", "1000-2000" or "*".
+    pub ports: String,
+    /// "nat" or "dsr".
+    pub mode: String,
+    /// Maglev table size in use (0: no backend takes new flows).
+    pub table_size: u32,
+    /// Counters summed over CPUs.
+    #[serde(serialize_with = "ser_counters")]
+    pub counters: Counters,
+    /// Backends in list order.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// One backend slot with its counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendStatus {
+    /// Backend Service name.
+    pub name: String,
+    /// Address.
+    pub address: String,
+    /// Port (0: the client's destination port).
+    pub port: u16,
+    /// Weight.
+    pub weight: u32,
+    /// False when removed for failure.
+    pub active: bool,
+    /// Counters summed over CPUs.
+    #[serde(serialize_with = "ser_counters")]
+    pub counters: Counters,
+}
+
+fn ser_counters<S: serde::Serializer>(c: &Counters, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("Counters", 5)?;
+    st.serialize_field("packets", &c.packets)?;
+    st.serialize_field("bytes", &c.bytes)?;
+    st.serialize_field("new_flows", &c.new_flows)?;
+    st.serialize_field("drops", &c.drops)?;
+    st.serialize_field("ct_misses", &c.ct_misses)?;
+    st.end()
+}
+
+impl DataPath {
+    /// Reads every VIP's counters and the global counters.
+    pub fn status(&self) -> Result<Status> {
+        let mut vips = Vec::new();
+        for v in &self.state.vips {
+            let mut backends = Vec::new();
+            for b in &v.backends {
+                backends.push(BackendStatus {
+                    name: b.name.clone(),
+                    address: b.address.to_string(),
+                    port: b.port,
+                    weight: b.weight,
+                    active: b.active,
+                    counters: Maps::sum_counters(&self.maps.backend_stats, b.slot)?,
+                });
+            }
+            vips.push(VipStatus {
+                name: v.name.clone(),
+                address: v.address.to_string(),
+                proto: match v.proto {
+                    6 => "tcp".into(),
+                    17 => "udp".into(),
+                    _ => "any".into(),
+                },
+                ports: if v.proto == PROTO_ANY {
+                    "*".into()
+                } else if v.ports.0 == v.ports.1 {
+                    v.ports.0.to_string()
+                } else {
+                    format!("{}-{}", v.ports.0, v.ports.1)
+                },
+                mode: if v.dsr { "dsr".into() } else { "nat".into() },
+                table_size: v.table_size,
+                counters: Maps::sum_counters(&self.maps.vip_stats, v.vip_id)?,
+                backends,
+            });
+        }
+        let mut global = Vec::new();
+        for (name, index) in GLOBAL_NAMES {
+            let per_cpu = self.maps.global_stats.get(&index, 0)?;
+            global.push((name, per_cpu.iter().sum()));
+        }
+        Ok(Status { vips, global })
+    }
+}

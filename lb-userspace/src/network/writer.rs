@@ -1,0 +1,305 @@
+//! Writes a plan into the maps without ever showing a packet a half-written VIP.
+//!
+//! Order: backend slots and Maglev tables first (a new table is a new inner map swapped
+//! in with one update), then VIP entries, then address roles; stale entries last. Slot
+//! and VIP ids are kept stable across runs and restarts (flows point at slots).
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, Result, bail};
+use aya::maps::{Array, MapData, lpm_trie::Key};
+use lb_common::{
+    ADDR_NAT_BACKEND, ADDR_VIP_ANY, ADDR_VIP_EXACT, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP,
+    BackendSlot, FAMILY_V4, MAX_BACKEND_SLOTS, MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData,
+    SLOT_F_ACTIVE, VIP_F_DSR, VipKey, VipMeta,
+};
+
+use super::loader::DataPath;
+use super::maglev::{self, MaglevBackend};
+use super::maps::Maps;
+use super::plan::{VipPlan, plan, range_prefixes};
+use super::state::{SlotState, State, VipState};
+use crate::config::Config;
+
+fn addr_words(a: Ipv4Addr) -> [u32; 4] {
+    [u32::from_ne_bytes(a.octets()), 0, 0, 0]
+}
+
+/// Writes the config's Network vServices; `down` names failed Backend Services.
+pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<()> {
+    let vips = plan(cfg, down)?;
+    apply_plan(dp, &vips)
+}
+
+/// Writes `vips` into the maps, replacing whatever was written before.
+pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
+    let old = dp.state.clone();
+    let mut new = State { vips: Vec::new(), next_slot: old.next_slot };
+    let ids = assign_vip_ids(&old, vips)?;
+    let mut used_slots: HashSet<u32> = HashSet::new();
+    // Slots that keep their owner: same VIP id, address and port.
+    let mut keep: HashMap<(u32, Ipv4Addr, u16), u32> = HashMap::new();
+    for v in &old.vips {
+        for b in &v.backends {
+            keep.insert((v.vip_id, b.address, b.port), b.slot);
+        }
+    }
+    for (vip, &vip_id) in vips.iter().zip(&ids) {
+        let fresh_vip = !old.vips.iter().any(|o| o.vip_id == vip_id && o.name == vip.name);
+        if fresh_vip {
+            Maps::reset_counters(&mut dp.maps.vip_stats, vip_id)?;
+        }
+        let mut slots = Vec::new();
+        for b in &vip.backends {
+            let slot = match keep.get(&(vip_id, b.address, b.port)) {
+                Some(&s) if !used_slots.contains(&s) => s,
+                _ => {
+                    let s = allocate_slot(&mut new.next_slot, &used_slots, &keep)?;
+                    Maps::reset_counters(&mut dp.maps.backend_stats, s)?;
+                    s
+                }
+            };
+            used_slots.insert(slot);
+            let entry = BackendSlot {
+                addr: addr_words(b.address),
+                port: b.port.to_be(),
+                flags: if b.active { SLOT_F_ACTIVE } else { 0 },
+                family: FAMILY_V4,
+                vip_id,
+            };
+            dp.maps.backends.set(slot, entry, 0).context("writing BACKENDS")?;
+            slots.push(SlotState {
+                name: b.name.clone(),
+                slot,
+                address: b.address,
+                port: b.port,
+                weight: b.weight,
+                active: b.active,
+            });
+        }
+        let previous = old.vips.iter().find(|o| o.vip_id == vip_id);
+        let (table_size, table_hash) = write_table(&mut dp.maps, vip, vip_id, &slots, previous)?;
+        new.vips.push(VipState {
+            name: vip.name.clone(),
+            vip_id,
+            address: vip.address,
+            proto: vip.proto,
+            ports: vip.ports,
+            dsr: vip.dsr,
+            table_size,
+            table_hash,
+            backends: slots,
+        });
+    }
+    write_vip_entries(&mut dp.maps, &new)?;
+    remove_stale(&mut dp.maps, &old, &new, &used_slots)?;
+    write_addrs(&mut dp.maps, &old, &new)?;
+    if let Some(dir) = dp.pin_dir() {
+        new.write(dir)?;
+    }
+    dp.state = new;
+    Ok(())
+}
+
+/// Same name and same (address, protocol, ports) keep their id; others get the lowest free.
+fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
+    let mut taken = HashSet::new();
+    let mut ids = vec![None; vips.len()];
+    for (i, v) in vips.iter().enumerate() {
+        if let Some(o) = old.vips.iter().find(|o| {
+            o.name == v.name && o.address == v.address && o.proto == v.proto && o.ports == v.ports
+        }) {
+            taken.insert(o.vip_id);
+            ids[i] = Some(o.vip_id);
+        }
+    }
+    let mut next = 0u32;
+    ids.into_iter()
+        .map(|id| match id {
+            Some(id) => Ok(id),
+            None => {
+                while taken.contains(&next) {
+                    next += 1;
+                }
+                if next >= MAX_VIPS {
+                    bail!("more than {MAX_VIPS} Network vServices");
+                }
+                taken.insert(next);
+                Ok(next)
+            }
+        })
+        .collect()
+}
+
+/// Round-robin over the slot space, so a freed slot is reused as late as possible.
+fn allocate_slot(
+    next: &mut u32,
+    used: &HashSet<u32>,
+    keep: &HashMap<(u32, Ipv4Addr, u16), u32>,
+) -> Result<u32> {
+    let kept: HashSet<u32> = keep.values().copied().collect();
+    for pass in 0..2 {
+        for _ in 0..MAX_BACKEND_SLOTS {
+            let s = *next % MAX_BACKEND_SLOTS;
+            *next = (s + 1) % MAX_BACKEND_SLOTS;
+            if !used.contains(&s) && (pass == 1 || !kept.contains(&s)) {
+                return Ok(s);
+            }
+        }
+    }
+    bail!("more than {MAX_BACKEND_SLOTS} backends across all Network vServices")
+}
+
+/// Builds and swaps in the VIP's Maglev table when its input changed.
+fn write_table(
+    maps: &mut Maps,
+    vip: &VipPlan,
+    vip_id: u32,
+    slots: &[SlotState],
+    previous: Option<&VipState>,
+) -> Result<(u32, u64)> {
+    let keys: Vec<String> = slots.iter().map(|s| format!("{}:{}", s.address, s.port)).collect();
+    let members: Vec<MaglevBackend<'_>> = slots
+        .iter()
+        .zip(&keys)
+        .filter(|(s, _)| s.active)
+        .map(|(s, k)| MaglevBackend { key: k, weight: s.weight, value: s.slot })
+        .collect();
+    let mut h = DefaultHasher::new();
+    vip.table_size.hash(&mut h);
+    for m in &members {
+        (m.key, m.weight, m.value).hash(&mut h);
+    }
+    let fingerprint = h.finish();
+    if let Some(p) = previous {
+        if p.table_hash == fingerprint && p.name == vip.name {
+            return Ok((p.table_size, fingerprint));
+        }
+    }
+    let Some(table) = maglev::build(&members, vip.table_size) else {
+        // No backend may take new flows: the VIP drops packets that have no flow.
+        return Ok((0, fingerprint));
+    };
+    let mut inner: Array<MapData, u32> = Array::create(vip.table_size, BPF_F_INNER_MAP)
+        .with_context(|| format!("creating the Maglev table of {}", vip.name))?;
+    for (i, slot) in table.iter().enumerate() {
+        inner.set(i as u32, *slot, 0)?;
+    }
+    maps.maglev
+        .set(vip_id, &inner, 0)
+        .with_context(|| format!("swapping in the Maglev table of {}", vip.name))?;
+    Ok((vip.table_size, fingerprint))
+}
+
+fn meta(v: &VipState) -> VipMeta {
+    VipMeta {
+        vip_id: v.vip_id,
+        flags: if v.dsr { VIP_F_DSR } else { 0 },
+        table_size: v.table_size,
+        pad: 0,
+    }
+}
+
+fn exact_key(v: &VipState) -> Option<VipKey> {
+    let addr = addr_words(v.address);
+    if v.proto == PROTO_ANY {
+        Some(VipKey { addr, port: 0, proto: PROTO_ANY, family: FAMILY_V4 })
+    } else if v.ports.0 == v.ports.1 {
+        Some(VipKey { addr, port: v.ports.0.to_be(), proto: v.proto, family: FAMILY_V4 })
+    } else {
+        None
+    }
+}
+
+fn range_keys(v: &VipState) -> Vec<Key<RangeData>> {
+    if v.proto == PROTO_ANY || v.ports.0 == v.ports.1 {
+        return Vec::new();
+    }
+    range_prefixes(v.ports.0, v.ports.1)
+        .into_iter()
+        .map(|(port, bits)| {
+            let data =
+                RangeData { addr: addr_words(v.address), proto: v.proto, pad: 0, port: port.to_be() };
+            Key::new(RANGE_PREFIX_BASE + bits, data)
+        })
+        .collect()
+}
+
+fn write_vip_entries(maps: &mut Maps, new: &State) -> Result<()> {
+    for v in &new.vips {
+        if let Some(k) = exact_key(v) {
+            maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
+        }
+        for k in range_keys(v) {
+            maps.ranges.insert(&k, meta(v), 0).context("writing RANGES")?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) -> Result<()> {
+    let live_exact: HashSet<VipKey> = new.vips.iter().filter_map(exact_key).collect();
+    let live_ranges: HashSet<(u32, RangeData)> = new
+        .vips
+        .iter()
+        .flat_map(range_keys)
+        .map(|k| (k.prefix_len(), k.data()))
+        .collect();
+    for v in &old.vips {
+        if let Some(k) = exact_key(v) {
+            if !live_exact.contains(&k) {
+                let _ = maps.vips.remove(&k);
+            }
+        }
+        for k in range_keys(v) {
+            if !live_ranges.contains(&(k.prefix_len(), k.data())) {
+                let _ = maps.ranges.remove(&k);
+            }
+        }
+        // Slots no longer used: inactive, so their flows re-hash.
+        for b in &v.backends {
+            if !used.contains(&b.slot) {
+                maps.backends.set(b.slot, BackendSlot::default(), 0)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn roles(state: &State) -> HashMap<Ipv4Addr, u32> {
+    let mut out: HashMap<Ipv4Addr, u32> = HashMap::new();
+    for v in &state.vips {
+        let role = if v.proto == PROTO_ANY {
+            ADDR_VIP_ANY
+        } else if v.ports.0 == v.ports.1 {
+            ADDR_VIP_EXACT
+        } else {
+            ADDR_VIP_RANGE
+        };
+        *out.entry(v.address).or_default() |= role;
+        if !v.dsr {
+            for b in &v.backends {
+                *out.entry(b.address).or_default() |= ADDR_NAT_BACKEND;
+            }
+        }
+    }
+    out
+}
+
+fn write_addrs(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
+    let wanted = roles(new);
+    for (addr, role) in &wanted {
+        maps.addrs
+            .insert(AddrKey { addr: addr_words(*addr) }, role, 0)
+            .context("writing ADDRS")?;
+    }
+    for addr in roles(old).keys() {
+        if !wanted.contains_key(addr) {
+            let _ = maps.addrs.remove(&AddrKey { addr: addr_words(*addr) });
+        }
+    }
+    Ok(())
+}
