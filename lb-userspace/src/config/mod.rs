@@ -1,5 +1,105 @@
-//! Configuration: schema, defaults and validation.
+//! Configuration: the TOML schema, its defaults and its validation.
+//!
+//! [`parse`] and [`load`] turn a TOML file into the validated [`Config`] model or into a
+//! [`ConfigError`] that lists every problem found, each with its file, line, column and
+//! field path. Values adjusted by S-HC4 (a health check Period or Timeout applied as 1 s)
+//! are not errors but warnings: [`parse`] and [`load`] log each one once with
+//! `tracing::warn!`; [`parse_with_warnings`] and [`load_with_warnings`] return them instead
+//! (as display lines, same format as an issue) and log nothing, for callers such as a
+//! reload API that report them to the operator themselves.
 
+mod backends;
+mod document;
+mod error;
+mod health;
+mod issues;
 mod model;
+mod names;
+mod network;
+mod ports;
+mod probe;
+mod raw;
+mod seconds;
+mod settings;
+mod vservice;
 
+use std::path::Path;
+
+pub use error::{ConfigError, ConfigIssue};
 pub use model::*;
+
+use issues::Issues;
+
+/// Parse and validate a config file. The error lists every problem found; S-HC4 warnings
+/// are logged with `tracing::warn!`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let (config, warnings) = load_with_warnings(path)?;
+    log_warnings(&warnings);
+    Ok(config)
+}
+
+/// Same as [`parse`], from text; `origin` names the text in messages (a file name).
+/// S-HC4 warnings are logged with `tracing::warn!`.
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let (config, warnings) = parse_with_warnings(text, origin)?;
+    log_warnings(&warnings);
+    Ok(config)
+}
+
+/// Like [`load`], but returns the S-HC4 warnings instead of logging them.
+pub fn load_with_warnings(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_with_warnings(&text, &origin),
+        Err(error) => Err(ConfigError {
+            errors: vec![ConfigIssue {
+                origin,
+                line: 0,
+                column: 0,
+                field: String::new(),
+                message: format!("cannot read the file: {error}"),
+            }],
+        }),
+    }
+}
+
+/// Like [`parse`], but returns the S-HC4 warnings (one display line each) instead of
+/// logging them.
+pub fn parse_with_warnings(text: &str, origin: &str) -> Result<(Config, Vec<String>), ConfigError> {
+    let mut issues = Issues::new(origin, text);
+    let config = validate(text, &mut issues);
+    let warnings = issues.finish()?;
+    match config {
+        Some(config) => Ok((config, warnings)),
+        // Unreachable in practice: `validate` yields nothing only after reporting an error.
+        None => Err(ConfigError { errors: Vec::new() }),
+    }
+}
+
+/// Runs every step, each reporting into `issues`; the result is only meaningful when no
+/// error was reported.
+fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
+    let doc = document::read(text, issues)?;
+    let xdp = settings::xdp(&doc.xdp, issues);
+    let reflection = settings::reflection(&doc.reflection, issues);
+    let health_checks = health::health_checks(&doc.health_checks, issues);
+    let backends = backends::backends(&doc, issues);
+    let vservices = vservice::vservices(&doc.vservices, &backends, issues);
+    Some(Config {
+        xdp,
+        reflection,
+        health_checks,
+        backend_services: backends.services,
+        backend_groups: backends.groups,
+        vservices,
+    })
+}
+
+fn log_warnings(warnings: &[String]) {
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+}
+
+#[cfg(test)]
+mod tests;

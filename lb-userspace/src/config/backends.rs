@@ -1,0 +1,239 @@
+//! `[[backend_service]]` and `[[backend_group]]`: one shared namespace, references to
+//! health checks and group members.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use serde_spanned::Spanned;
+
+use super::document::{Entry, RawDocument};
+use super::issues::Issues;
+use super::model::{BackendGroup, BackendService};
+use super::names::Namespace;
+use super::raw::{RawBackendGroup, RawBackendService};
+
+/// The validated backends plus every name defined in the file, valid or not, so later
+/// steps can tell "unknown" from "defined but already reported".
+pub(super) struct Backends {
+    /// Backend Services without errors.
+    pub services: Vec<BackendService>,
+    /// Backend Groups without errors.
+    pub groups: Vec<BackendGroup>,
+    /// Names defined by any `[[backend_service]]`, readable or not.
+    service_names: HashSet<String>,
+    /// Names defined by any readable `[[backend_group]]`, valid or not.
+    group_names: HashSet<String>,
+    /// Names of entries of either section that could not be read.
+    unreadable: HashSet<String>,
+}
+
+/// What a name in a backends list refers to.
+pub(super) enum Lookup<'a> {
+    /// A valid Backend Service.
+    Service(&'a BackendService),
+    /// A valid Backend Group.
+    Group(&'a BackendGroup),
+    /// Defined, but invalid: its own error was reported already.
+    Invalid,
+    /// Not defined anywhere.
+    Unknown,
+}
+
+impl Backends {
+    /// Resolves a name of the shared service/group namespace.
+    pub(super) fn lookup(&self, name: &str) -> Lookup<'_> {
+        if let Some(service) = self.services.iter().find(|s| s.name == name) {
+            Lookup::Service(service)
+        } else if let Some(group) = self.groups.iter().find(|g| g.name == name) {
+            Lookup::Group(group)
+        } else if self.service_names.contains(name)
+            || self.group_names.contains(name)
+            || self.unreadable.contains(name)
+        {
+            Lookup::Invalid
+        } else {
+            Lookup::Unknown
+        }
+    }
+
+    /// The valid Backend Services a list entry stands for (a group expands to its members).
+    pub(super) fn expand(&self, name: &str) -> Vec<&BackendService> {
+        match self.lookup(name) {
+            Lookup::Service(service) => vec![service],
+            Lookup::Group(group) => group
+                .members
+                .iter()
+                .filter_map(|member| self.services.iter().find(|s| &s.name == member))
+                .collect(),
+            Lookup::Invalid | Lookup::Unknown => Vec::new(),
+        }
+    }
+}
+
+/// Validates services then groups.
+pub(super) fn backends(doc: &RawDocument, issues: &mut Issues) -> Backends {
+    let health_names: HashSet<&str> = doc
+        .health_checks
+        .iter()
+        .map(|e| e.raw.name.get_ref().as_str())
+        .chain(doc.unreadable.health_checks.iter().map(String::as_str))
+        .collect();
+    let mut names = Namespace::default();
+    let mut backends = Backends {
+        services: Vec::new(),
+        groups: Vec::new(),
+        service_names: names_of(&doc.backend_services, |raw| &raw.name),
+        group_names: names_of(&doc.backend_groups, |raw| &raw.name),
+        unreadable: doc.unreadable.backends.clone(),
+    };
+    for entry in &doc.backend_services {
+        let before = issues.error_count();
+        let field = format!("{}.name", entry.path);
+        names.define(&entry.raw.name, "backend service", &field, issues);
+        let service = service(entry, &health_names, issues);
+        if issues.error_count() == before {
+            backends.services.extend(service);
+        }
+    }
+    for entry in &doc.backend_groups {
+        let before = issues.error_count();
+        let field = format!("{}.name", entry.path);
+        names.define(&entry.raw.name, "backend group", &field, issues);
+        let group = group(entry, &backends, issues);
+        if issues.error_count() == before {
+            backends.groups.push(group);
+        }
+    }
+    backends
+}
+
+fn names_of<T>(entries: &[Entry<T>], name: impl Fn(&T) -> &Spanned<String>) -> HashSet<String> {
+    entries
+        .iter()
+        .map(|e| name(&e.raw).get_ref().clone())
+        .collect()
+}
+
+/// An integer field that must lie in `min..=max`.
+pub(super) fn ranged(
+    value: &Spanned<i64>,
+    min: i64,
+    max: i64,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<u32> {
+    let number = *value.get_ref();
+    if (min..=max).contains(&number) {
+        u32::try_from(number).ok()
+    } else {
+        issues.error(
+            &value.span(),
+            field,
+            format!("{number} is out of range {min}..={max}"),
+        );
+        None
+    }
+}
+
+/// An IP address written as text.
+pub(super) fn address(value: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<IpAddr> {
+    let parsed = value.get_ref().trim().parse().ok();
+    if parsed.is_none() {
+        issues.error(
+            &value.span(),
+            field,
+            format!("`{}` is not an IPv4 or IPv6 address", value.get_ref()),
+        );
+    }
+    parsed
+}
+
+fn service(
+    entry: &Entry<RawBackendService>,
+    health: &HashSet<&str>,
+    issues: &mut Issues,
+) -> Option<BackendService> {
+    let raw = &entry.raw;
+    let path = &entry.path;
+    let address = address(&raw.address, &format!("{path}.address"), issues);
+    let port = ranged(&raw.port, 0, 65535, &format!("{path}.port"), issues);
+    let weight = match &raw.weight {
+        Some(w) => ranged(w, 0, 65535, &format!("{path}.weight"), issues),
+        None => Some(1),
+    };
+    let max_connections = match &raw.max_connections {
+        Some(m) => ranged(
+            m,
+            1,
+            u32::MAX.into(),
+            &format!("{path}.max_connections"),
+            issues,
+        )
+        .map(Some),
+        None => Some(None),
+    };
+    if let Some(check) = &raw.health_check
+        && !health.contains(check.get_ref().as_str())
+    {
+        issues.error(
+            &check.span(),
+            &format!("{path}.health_check"),
+            format!("unknown health check `{}`", check.get_ref()),
+        );
+    }
+    Some(BackendService {
+        name: raw.name.get_ref().clone(),
+        address: address?,
+        port: u16::try_from(port?).ok()?,
+        weight: weight?,
+        health_check: raw.health_check.as_ref().map(|c| c.get_ref().clone()),
+        maintenance: raw.maintenance,
+        backup: raw.backup,
+        max_connections: max_connections?,
+    })
+}
+
+fn group(entry: &Entry<RawBackendGroup>, backends: &Backends, issues: &mut Issues) -> BackendGroup {
+    let raw = &entry.raw;
+    let path = &entry.path;
+    if raw.members.get_ref().is_empty() {
+        issues.error(
+            &raw.members.span(),
+            &format!("{path}.members"),
+            format!("backend group `{}` has no members", raw.name.get_ref()),
+        );
+    }
+    let mut seen = HashSet::new();
+    for (index, member) in raw.members.get_ref().iter().enumerate() {
+        let field = format!("{path}.members[{index}]");
+        let name = member.get_ref();
+        if !seen.insert(name.as_str()) {
+            issues.error(&member.span(), &field, format!("`{name}` is listed twice"));
+        } else if backends.service_names.contains(name) || backends.unreadable.contains(name) {
+            // A service (valid, or with its own error reported already).
+        } else if backends.group_names.contains(name) {
+            issues.error(
+                &member.span(),
+                &field,
+                format!("`{name}` is a backend group: groups contain backend services only"),
+            );
+        } else {
+            issues.error(
+                &member.span(),
+                &field,
+                format!("unknown backend service `{name}`"),
+            );
+        }
+    }
+    BackendGroup {
+        name: raw.name.get_ref().clone(),
+        members: raw
+            .members
+            .get_ref()
+            .iter()
+            .map(|m| m.get_ref().clone())
+            .collect(),
+        backup: raw.backup,
+        maintenance: raw.maintenance,
+    }
+}

@@ -1,0 +1,285 @@
+//! Reads TOML text into the raw structs: syntax errors, then each section and each
+//! `[[...]]` entry on its own, so one bad entry does not hide the problems of the others.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use super::issues::Issues;
+use super::raw::{
+    RawBackendGroup, RawBackendService, RawHealthCheck, RawReflection, RawVService, RawXdp,
+};
+
+/// The top-level sections the schema knows.
+const SECTIONS: [&str; 6] = [
+    "xdp",
+    "reflection",
+    "health_check",
+    "backend_service",
+    "backend_group",
+    "vservice",
+];
+
+/// One readable `[[...]]` entry with where it is.
+pub(super) struct Entry<T> {
+    /// Field path of the entry, e.g. `vservice[2]` (its index in the file).
+    pub path: String,
+    /// Span of the entry's header (or inline table), used for "missing" problems.
+    pub span: Range<usize>,
+    /// The entry as written.
+    pub raw: T,
+}
+
+/// Names of entries that could not be read. References to them are not reported as
+/// unknown: the entry's own error already explains the problem.
+#[derive(Default)]
+pub(super) struct Unreadable {
+    /// `[[health_check]]` names.
+    pub health_checks: HashSet<String>,
+    /// `[[backend_service]]` and `[[backend_group]]` names (one namespace).
+    pub backends: HashSet<String>,
+}
+
+/// The whole file as written, minus the entries that could not be read.
+#[derive(Default)]
+pub(super) struct RawDocument {
+    pub xdp: RawXdp,
+    pub reflection: RawReflection,
+    pub health_checks: Vec<Entry<RawHealthCheck>>,
+    pub backend_services: Vec<Entry<RawBackendService>>,
+    pub backend_groups: Vec<Entry<RawBackendGroup>>,
+    pub vservices: Vec<Entry<RawVService>>,
+    pub unreadable: Unreadable,
+}
+
+/// Reads `text`; returns `None` on syntax errors (all reported), since a broken document
+/// would give misleading semantic errors. Type and unknown-field errors are reported per
+/// entry and the entry is left out.
+pub(super) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
+    let (root, syntax_errors) = DeTable::parse_recoverable(text);
+    if !syntax_errors.is_empty() {
+        for error in syntax_errors {
+            let span = error.span().unwrap_or(0..0);
+            issues.error(&span, "", format!("TOML syntax: {}", error.message()));
+        }
+        return None;
+    }
+    let mut doc = RawDocument::default();
+    for (key, value) in root.into_inner() {
+        let name = key.get_ref().as_ref();
+        match name {
+            "xdp" => doc.xdp = read_table(name, value, issues),
+            "reflection" => doc.reflection = read_table(name, value, issues),
+            "health_check" => {
+                doc.health_checks =
+                    read_entries(name, value, issues, &mut doc.unreadable.health_checks);
+            }
+            "backend_service" => {
+                doc.backend_services =
+                    read_entries(name, value, issues, &mut doc.unreadable.backends);
+            }
+            "backend_group" => {
+                doc.backend_groups =
+                    read_entries(name, value, issues, &mut doc.unreadable.backends);
+            }
+            "vservice" => {
+                doc.vservices = read_entries(name, value, issues, &mut HashSet::new());
+            }
+            _ => issues.error(
+                &key.span(),
+                name,
+                format!(
+                    "unknown section `{name}`, expected one of {}",
+                    SECTIONS.map(|s| format!("`{s}`")).join(", ")
+                ),
+            ),
+        }
+    }
+    Some(doc)
+}
+
+/// Reads a single-table section such as `[xdp]`; on error reports it and uses defaults.
+fn read_table<'i, T>(section: &str, value: Spanned<DeValue<'i>>, issues: &mut Issues) -> T
+where
+    T: Deserialize<'i> + Default,
+{
+    if !value.get_ref().is_table() {
+        issues.error(
+            &value.span(),
+            section,
+            format!("`{section}` must be a table: write it as [{section}]"),
+        );
+        return T::default();
+    }
+    deserialize(section, value, issues).unwrap_or_default()
+}
+
+/// Reads an array-of-tables section such as `[[vservice]]`, entry by entry.
+fn read_entries<'i, T>(
+    section: &str,
+    value: Spanned<DeValue<'i>>,
+    issues: &mut Issues,
+    unreadable: &mut HashSet<String>,
+) -> Vec<Entry<T>>
+where
+    T: Deserialize<'i>,
+{
+    let span = value.span();
+    let DeValue::Array(items) = value.into_inner() else {
+        issues.error(
+            &span,
+            section,
+            format!("`{section}` must be an array of tables: write each entry as [[{section}]]"),
+        );
+        return Vec::new();
+    };
+    let mut entries = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let path = format!("{section}[{index}]");
+        let span = item.span();
+        let name = entry_name(item.get_ref());
+        match deserialize(&path, item, issues) {
+            Some(raw) => entries.push(Entry { path, span, raw }),
+            None => unreadable.extend(name),
+        }
+    }
+    entries
+}
+
+/// The `name` string of an entry, if it has one.
+fn entry_name(value: &DeValue<'_>) -> Option<String> {
+    let table = value.as_table()?;
+    let (_, name) = table.iter().find(|(key, _)| key.get_ref() == "name")?;
+    name.get_ref().as_str().map(str::to_owned)
+}
+
+/// Deserializes one value; a serde error is reported at its span with the field path
+/// of the key it points into (serde messages do not name the field).
+fn deserialize<'i, T>(path: &str, value: Spanned<DeValue<'i>>, issues: &mut Issues) -> Option<T>
+where
+    T: Deserialize<'i>,
+{
+    let copy = value.clone();
+    match T::deserialize(ValueDeserializer::from(value)) {
+        Ok(raw) => Some(raw),
+        Err(error) => {
+            let span = error.span().unwrap_or_else(|| copy.span());
+            let field = field_path(path, copy.get_ref(), &span);
+            issues.error(&span, &field, plain_types(error.message()));
+            None
+        }
+    }
+}
+
+/// serde names Rust types ("expected i64"); operators think in TOML types.
+fn plain_types(message: &str) -> String {
+    let message = match message.find("expected struct ") {
+        Some(at) => format!("{}expected a table", &message[..at]),
+        None => message.to_owned(),
+    };
+    message
+        .replace("expected i64", "expected an integer")
+        .replace("expected f64", "expected a number (seconds)")
+}
+
+/// The deepest key path under `value` whose key or value contains `span`.
+fn field_path(base: &str, value: &DeValue<'_>, span: &Range<usize>) -> String {
+    let contains = |outer: Range<usize>| outer.start <= span.start && span.end <= outer.end;
+    match value {
+        DeValue::Table(table) => {
+            for (key, item) in table.iter() {
+                let here = format!("{base}.{}", key.get_ref());
+                if contains(key.span()) {
+                    return here;
+                }
+                if contains(item.span()) {
+                    return field_path(&here, item.get_ref(), span);
+                }
+            }
+        }
+        DeValue::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                if contains(item.span()) {
+                    return field_path(&format!("{base}[{index}]"), item.get_ref(), span);
+                }
+            }
+        }
+        _ => {}
+    }
+    base.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_errors(text: &str) -> Vec<String> {
+        let mut issues = Issues::new("t.toml", text);
+        let _ = read(text, &mut issues);
+        match issues.finish() {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn serde_errors_name_the_nested_field() {
+        let text = "[[vservice]]\nname = \"v\"\nkind = \"tcp-l4\"\naddress = \"10.0.0.1\"\n\
+                    port = 80\nbackends = [\"a\", 3]\n";
+        let errors = read_errors(text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("t.toml:6:18: vservice[0].backends[1]: invalid type"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn one_bad_entry_does_not_hide_the_next() {
+        let text = "[[health_check]]\nname = \"a\"\ntype = \"tcp\"\nbogus = 1\n\n\
+                    [[health_check]]\nname = \"b\"\ntype = \"icmp\"\n";
+        let errors = read_errors(text);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("t.toml:4:1: health_check[0].bogus: unknown field `bogus`"));
+        assert!(errors[1].starts_with("t.toml:8:8: health_check[1].type: unknown variant `icmp`"));
+    }
+
+    #[test]
+    fn unknown_section_and_wrong_shape_are_reported() {
+        let text = "[vservice]\nname = \"v\"\n\n[extra]\nx = 1\n";
+        let errors = read_errors(text);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("t.toml:1:1: vservice: `vservice` must be an array of tables"));
+        assert!(errors[1].contains("t.toml:4:2: extra: unknown section `extra`"));
+    }
+
+    #[test]
+    fn messages_use_toml_types() {
+        let text =
+            "vservice = [1]\n[[health_check]]\nname = \"h\"\ntype = \"tcp\"\nperiod = \"1s\"\n";
+        let errors = read_errors(text);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "t.toml:1:13: vservice[0]: invalid type: integer `1`, expected a table"
+        );
+        assert!(
+            errors[1].ends_with(
+                "health_check[0].period: invalid type: string \"1s\", expected a number (seconds)"
+            ),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_stop_reading() {
+        let mut issues = Issues::new("t.toml", "a = \n");
+        assert!(read("a = \n", &mut issues).is_none());
+        let err = issues.finish().unwrap_err();
+        assert_eq!(err.errors[0].line, 1);
+        assert!(err.errors[0].message.starts_with("TOML syntax: "));
+    }
+}

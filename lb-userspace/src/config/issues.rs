@@ -1,0 +1,123 @@
+//! Collects errors and warnings while validating, turning byte spans into lines and columns.
+
+use std::ops::Range;
+
+use super::error::{ConfigError, ConfigIssue};
+
+/// The sink every validation step reports into; it never stops the caller, so all
+/// problems of a file are found in one run.
+pub(super) struct Issues<'a> {
+    origin: &'a str,
+    text: &'a str,
+    errors: Vec<ConfigIssue>,
+    warnings: Vec<ConfigIssue>,
+}
+
+impl<'a> Issues<'a> {
+    /// A sink for the text `text` read from `origin`.
+    pub(super) fn new(origin: &'a str, text: &'a str) -> Self {
+        Self {
+            origin,
+            text,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records an error at the byte span `span` of the text.
+    pub(super) fn error(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        let issue = self.issue(span, field, message.into());
+        if !self.errors.contains(&issue) {
+            self.errors.push(issue);
+        }
+    }
+
+    /// Records a warning (a value that was adjusted, S-HC4) at the byte span `span`.
+    pub(super) fn warn(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        let issue = self.issue(span, field, message.into());
+        self.warnings.push(issue);
+    }
+
+    /// True once any error was recorded.
+    #[cfg(test)]
+    pub(super) fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// Number of errors recorded so far; a step compares it before and after to learn
+    /// whether its own input was valid.
+    pub(super) fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// 1-based line of the byte offset `offset`, used to mention a first definition.
+    pub(super) fn line_of(&self, offset: usize) -> usize {
+        self.position(offset).0
+    }
+
+    /// The errors (sorted by position) if there are any, else the warnings as text.
+    pub(super) fn finish(mut self) -> Result<Vec<String>, ConfigError> {
+        if self.errors.is_empty() {
+            return Ok(self.warnings.iter().map(ToString::to_string).collect());
+        }
+        self.errors.sort_by_key(|issue| (issue.line, issue.column));
+        Err(ConfigError {
+            errors: self.errors,
+        })
+    }
+
+    fn issue(&self, span: &Range<usize>, field: &str, message: String) -> ConfigIssue {
+        let (line, column) = self.position(span.start);
+        ConfigIssue {
+            origin: self.origin.to_owned(),
+            line,
+            column,
+            field: field.to_owned(),
+            message,
+        }
+    }
+
+    /// 1-based (line, column in characters) of a byte offset, clamped into the text.
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let mut end = offset.min(self.text.len());
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let before = &self.text[..end];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        (line, column)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_one_based_lines_and_character_columns() {
+        let text = "a = 1\n# é\nbé = 2\n";
+        let issues = Issues::new("t.toml", text);
+        assert_eq!(issues.position(0), (1, 1));
+        assert_eq!(issues.position(4), (1, 5));
+        assert_eq!(issues.position(6), (2, 1));
+        // "bé = 2": the '=' is the 4th character but the 5th byte of the line.
+        let line3 = text.find("bé").unwrap();
+        assert_eq!(issues.position(line3 + 4), (3, 4));
+        assert_eq!(issues.position(10_000).0, 4);
+    }
+
+    #[test]
+    fn errors_are_sorted_and_displayed_one_per_line() {
+        let text = "a = 1\nb = 2\n";
+        let mut issues = Issues::new("lb.toml", text);
+        issues.error(&(6..7), "b", "second");
+        issues.error(&(0..1), "a", "first");
+        let err = issues.finish().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "lb.toml:1:1: a: first\nlb.toml:2:1: b: second"
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! The file as written: serde structs mirroring the TOML schema, with spans kept on every
+//! value that validation may have to point at.
+//!
+//! Numbers are read as `i64` (and durations as `f64`) so that range errors can be reported
+//! in the operator's terms rather than as a serde integer-overflow message.
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+
+/// `[xdp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawXdp {
+    pub pin_dir: Option<Spanned<String>>,
+    pub conn_table_size: Option<Spanned<i64>>,
+    pub interfaces: Option<Vec<Spanned<String>>>,
+    pub attach_mode: Option<RawAttachMode>,
+}
+
+/// `xdp.attach_mode`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawAttachMode {
+    Drv,
+    Skb,
+}
+
+/// `[reflection]`: durations in seconds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReflection {
+    pub network_remove_delay: Option<Spanned<f64>>,
+    pub network_add_delay: Option<Spanned<f64>>,
+    pub l7_delay: Option<Spanned<f64>>,
+}
+
+/// One `[[health_check]]`: common fields plus every type-specific one, checked per type.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealthCheck {
+    pub name: Spanned<String>,
+    #[serde(rename = "type")]
+    pub kind: Spanned<RawHealthType>,
+    pub period: Option<Spanned<f64>>,
+    pub timeout: Option<Spanned<f64>>,
+    pub required_successes: Option<Spanned<i64>>,
+    pub required_failures: Option<Spanned<i64>>,
+    pub method: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub host: Option<Spanned<String>>,
+    pub expect_status: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub body_contains: Option<Spanned<String>>,
+    pub verify_tls: Option<Spanned<bool>>,
+    pub query_name: Option<Spanned<String>>,
+    pub query_type: Option<Spanned<toml::Value>>,
+}
+
+/// `health_check.type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawHealthType {
+    Ping,
+    Tcp,
+    Http,
+    Https,
+    Dns,
+}
+
+impl RawHealthType {
+    /// The TOML spelling, for messages.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Tcp => "tcp",
+            Self::Http => "http",
+            Self::Https => "https",
+            Self::Dns => "dns",
+        }
+    }
+}
+
+/// One `[[backend_service]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackendService {
+    pub name: Spanned<String>,
+    pub address: Spanned<String>,
+    pub port: Spanned<i64>,
+    pub weight: Option<Spanned<i64>>,
+    pub health_check: Option<Spanned<String>>,
+    #[serde(default)]
+    pub maintenance: bool,
+    #[serde(default)]
+    pub backup: bool,
+    pub max_connections: Option<Spanned<i64>>,
+}
+
+/// One `[[backend_group]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackendGroup {
+    pub name: Spanned<String>,
+    pub members: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default)]
+    pub maintenance: bool,
+}
+
+/// One `[[vservice]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVService {
+    pub name: Spanned<String>,
+    pub kind: Spanned<RawVServiceKind>,
+    pub address: Spanned<String>,
+    pub port: Option<Spanned<i64>>,
+    pub port_range: Option<Spanned<toml::Value>>,
+    pub forwarding: Option<Spanned<RawForwarding>>,
+    pub maglev_size: Option<Spanned<i64>>,
+    pub backends: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub apply_admin_state: bool,
+}
+
+/// `vservice.kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum RawVServiceKind {
+    TcpL4,
+    UdpL4,
+    AnyL3,
+}
+
+/// `vservice.forwarding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawForwarding {
+    Nat,
+    Dsr,
+}

@@ -1,0 +1,126 @@
+//! `[xdp]` and `[reflection]`: data-path settings and the S-RF reflection delays.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_spanned::Spanned;
+
+use super::issues::Issues;
+use super::model::{AttachMode, ReflectionSettings, XdpSettings};
+use super::raw::{RawAttachMode, RawReflection, RawXdp};
+use super::seconds::seconds;
+
+/// Default bpffs pin directory.
+const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lb";
+/// Default connection-table size in flows.
+const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
+/// Allowed connection-table sizes: small enough for the kernel's memory limits, large
+/// enough to be useful.
+const CONN_TABLE_SIZES: std::ops::RangeInclusive<i64> = 1024..=33_554_432;
+/// Longest interface name the kernel accepts (IFNAMSIZ - 1).
+const MAX_IFNAME: usize = 15;
+
+/// Validates `[xdp]`, filling defaults.
+pub(super) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
+    let pin_dir = match &raw.pin_dir {
+        Some(dir) if !dir.get_ref().starts_with('/') => {
+            issues.error(
+                &dir.span(),
+                "xdp.pin_dir",
+                format!("`{}` must be an absolute path on a bpffs", dir.get_ref()),
+            );
+            PathBuf::from(DEFAULT_PIN_DIR)
+        }
+        Some(dir) => PathBuf::from(dir.get_ref()),
+        None => PathBuf::from(DEFAULT_PIN_DIR),
+    };
+    let conn_table_size = match &raw.conn_table_size {
+        Some(size) => conn_table_size(size, issues),
+        None => DEFAULT_CONN_TABLE_SIZE,
+    };
+    let attach_mode = match raw.attach_mode {
+        Some(RawAttachMode::Skb) => AttachMode::Skb,
+        Some(RawAttachMode::Drv) | None => AttachMode::Driver,
+    };
+    XdpSettings {
+        pin_dir,
+        conn_table_size,
+        interfaces: interfaces(raw.interfaces.as_deref().unwrap_or_default(), issues),
+        attach_mode,
+    }
+}
+
+fn conn_table_size(size: &Spanned<i64>, issues: &mut Issues) -> u32 {
+    let value = *size.get_ref();
+    match u32::try_from(value) {
+        Ok(ok) if CONN_TABLE_SIZES.contains(&value) => ok,
+        _ => {
+            issues.error(
+                &size.span(),
+                "xdp.conn_table_size",
+                format!(
+                    "{value} is out of range {}..={}",
+                    CONN_TABLE_SIZES.start(),
+                    CONN_TABLE_SIZES.end()
+                ),
+            );
+            DEFAULT_CONN_TABLE_SIZE
+        }
+    }
+}
+
+fn interfaces(raw: &[Spanned<String>], issues: &mut Issues) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut names = Vec::new();
+    for (index, name) in raw.iter().enumerate() {
+        let field = format!("xdp.interfaces[{index}]");
+        let text = name.get_ref();
+        if !valid_ifname(text) {
+            issues.error(
+                &name.span(),
+                &field,
+                format!("`{text}` is not a valid interface name"),
+            );
+        } else if !seen.insert(text.clone()) {
+            issues.error(
+                &name.span(),
+                &field,
+                format!("interface `{text}` is listed twice"),
+            );
+        } else {
+            names.push(text.clone());
+        }
+    }
+    names
+}
+
+/// The kernel's rule for interface names (dev_valid_name).
+fn valid_ifname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_IFNAME
+        && name != "."
+        && name != ".."
+        && !name.contains(|c: char| c == '/' || c == ':' || c.is_whitespace())
+}
+
+/// Validates `[reflection]`, filling the S-RF defaults (9 s, 5 s, 2.5 s).
+pub(super) fn reflection(raw: &RawReflection, issues: &mut Issues) -> ReflectionSettings {
+    let mut delay = |value: &Option<Spanned<f64>>, key: &str, default: Duration| match value {
+        Some(secs) => seconds(secs, &format!("reflection.{key}"), issues).unwrap_or(default),
+        None => default,
+    };
+    ReflectionSettings {
+        network_remove_delay: delay(
+            &raw.network_remove_delay,
+            "network_remove_delay",
+            Duration::from_secs(9),
+        ),
+        network_add_delay: delay(
+            &raw.network_add_delay,
+            "network_add_delay",
+            Duration::from_secs(5),
+        ),
+        l7_delay: delay(&raw.l7_delay, "l7_delay", Duration::from_millis(2500)),
+    }
+}
