@@ -1,0 +1,349 @@
+//! The health engine: one check task per Backend Service with a profile, a lock-free snapshot
+//! of every service's state for the data path, change notifications and per-service logs.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{BackendService, HealthCheck};
+
+use super::clock::Clock;
+use super::history::{CheckRecord, ServiceLog, Transition};
+use super::probe::{NetworkProbes, ProbeFactory};
+use super::scheduler::{self, CheckTask};
+use super::state::HealthState;
+
+/// Health of one Backend Service as the data path sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceHealth {
+    /// Current state; always Ok for a service without a profile (S-HC6).
+    pub state: HealthState,
+    /// True when a health check profile is assigned.
+    pub checked: bool,
+}
+
+/// An immutable view of every service's health, swapped atomically on each change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthSnapshot {
+    /// Increases by one on every published change; equals the `subscribe` value.
+    pub generation: u64,
+    /// By Backend Service name.
+    pub services: HashMap<String, ServiceHealth>,
+}
+
+impl HealthSnapshot {
+    /// The state of `service`, or None when the engine does not know it.
+    pub fn state(&self, service: &str) -> Option<HealthState> {
+        self.services.get(service).map(|s| s.state)
+    }
+}
+
+/// How the engine builds probes and schedules first checks; tests swap the probes.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// Builds the probe of each service.
+    pub probes: Arc<dyn ProbeFactory>,
+    /// Start each service's first check after a random delay in [0, P) so that thousands of
+    /// checks do not fire in the same millisecond. On by default.
+    pub spread_first_checks: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            probes: Arc::new(NetworkProbes),
+            spread_first_checks: true,
+        }
+    }
+}
+
+/// Runs health checks and publishes their decisions (S-HC).
+pub struct HealthEngine {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    snapshot: ArcSwap<HealthSnapshot>,
+    generation: watch::Sender<u64>,
+    registry: Mutex<Registry>,
+    clock: Clock,
+    options: EngineOptions,
+}
+
+#[derive(Default)]
+struct Registry {
+    entries: HashMap<String, Entry>,
+    next_task: u64,
+    generation: u64,
+}
+
+struct Entry {
+    spec: Spec,
+    state: HealthState,
+    task: Option<(u64, JoinHandle<()>)>,
+    log: Arc<Mutex<ServiceLog>>,
+}
+
+/// What decides whether a reload may keep a service's state and schedule.
+#[derive(Clone, Debug, PartialEq)]
+struct Spec {
+    address: IpAddr,
+    port: u16,
+    check: Option<HealthCheck>,
+}
+
+impl HealthEngine {
+    /// Starts one task per Backend Service that has a health check profile, with real
+    /// network probes.
+    ///
+    /// # Panics
+    /// When called outside a Tokio runtime (the check tasks are spawned on it).
+    pub fn start(services: &[BackendService], checks: &[HealthCheck]) -> HealthEngine {
+        Self::start_with(services, checks, EngineOptions::default())
+    }
+
+    /// Like `start`, with chosen probes and scheduling (the seam timing tests use).
+    ///
+    /// # Panics
+    /// When called outside a Tokio runtime.
+    pub fn start_with(
+        services: &[BackendService],
+        checks: &[HealthCheck],
+        options: EngineOptions,
+    ) -> HealthEngine {
+        let (generation, _) = watch::channel(0);
+        let engine = HealthEngine {
+            shared: Arc::new(Shared {
+                snapshot: ArcSwap::from_pointee(HealthSnapshot::default()),
+                generation,
+                registry: Mutex::new(Registry::default()),
+                clock: Clock::start(),
+                options,
+            }),
+        };
+        engine.update(services, checks);
+        engine
+    }
+
+    /// Lock-free snapshot of every service's state.
+    pub fn snapshot(&self) -> Arc<HealthSnapshot> {
+        self.shared.snapshot.load_full()
+    }
+
+    /// Subscribe to state changes: the value is the snapshot generation.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.generation.subscribe()
+    }
+
+    /// The recorded transitions of `service`, oldest first (S-HC8); empty when unknown.
+    pub fn transitions(&self, service: &str) -> Vec<Transition> {
+        self.log_of(service)
+            .map(|log| lock(&log).transitions())
+            .unwrap_or_default()
+    }
+
+    /// The recent check results of `service`, oldest first, for plotting (S-OB3).
+    pub fn checks(&self, service: &str) -> Vec<CheckRecord> {
+        self.log_of(service)
+            .map(|log| lock(&log).checks())
+            .unwrap_or_default()
+    }
+
+    /// The reason given by the latest check of `service`, if it was checked yet.
+    pub fn last_reason(&self, service: &str) -> Option<String> {
+        let log = self.log_of(service)?;
+        let guard = lock(&log);
+        let reason = guard.last_reason();
+        (!reason.is_empty()).then(|| reason.to_string())
+    }
+
+    /// Replaces the set of checked services (reload). Services whose address, port and
+    /// profile are unchanged keep their state and schedule; a changed or newly assigned
+    /// profile starts again from Preparing (S-HC5); removed services disappear.
+    pub fn update(&self, services: &[BackendService], checks: &[HealthCheck]) {
+        let shared = &self.shared;
+        let mut registry = lock(&shared.registry);
+        let mut changed = false;
+        let wanted: HashMap<&str, Spec> = services
+            .iter()
+            .map(|s| (s.name.as_str(), spec_of(s, checks)))
+            .collect();
+        registry.entries.retain(|name, entry| {
+            let keep = wanted.contains_key(name.as_str());
+            if !keep {
+                abort(entry);
+                changed = true;
+            }
+            keep
+        });
+        for service in services {
+            let spec = wanted[service.name.as_str()].clone();
+            let existing = registry.entries.get(&service.name);
+            if existing.is_some_and(|e| e.spec == spec) {
+                continue;
+            }
+            changed = true;
+            let log = existing.map_or_else(Default::default, |e| Arc::clone(&e.log));
+            let previous = existing.map(|e| e.state);
+            if let Some(old) = registry.entries.get_mut(&service.name) {
+                abort(old);
+            }
+            let state = if spec.check.is_some() {
+                HealthState::Preparing
+            } else {
+                HealthState::Ok
+            };
+            if let Some(from) = previous.filter(|&from| from != state) {
+                let reason = if spec.check.is_some() {
+                    "health check (re)assigned"
+                } else {
+                    "health check removed: always OK"
+                };
+                lock(&log).push_transition(Transition {
+                    at: shared.clock.now(),
+                    from,
+                    to: state,
+                    reason: reason.to_string(),
+                    check_duration: Duration::ZERO,
+                });
+            }
+            let task = spec.check.as_ref().map(|profile| {
+                registry.next_task += 1;
+                let id = registry.next_task;
+                (
+                    id,
+                    spawn_check(shared, service, profile, id, Arc::clone(&log)),
+                )
+            });
+            registry.entries.insert(
+                service.name.clone(),
+                Entry {
+                    spec,
+                    state,
+                    task,
+                    log,
+                },
+            );
+        }
+        if changed {
+            shared.publish(&mut registry);
+        }
+    }
+
+    /// Stops every check task.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+
+    fn log_of(&self, service: &str) -> Option<Arc<Mutex<ServiceLog>>> {
+        let registry = lock(&self.shared.registry);
+        registry.entries.get(service).map(|e| Arc::clone(&e.log))
+    }
+}
+
+impl Drop for HealthEngine {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.shared.registry);
+        for entry in registry.entries.values_mut() {
+            abort(entry);
+        }
+    }
+}
+
+impl Shared {
+    /// Applies a decision of task `task_id`, unless a reload replaced that task meanwhile.
+    fn apply(&self, name: &str, task_id: u64, transition: Transition) {
+        let mut registry = lock(&self.registry);
+        let Some(entry) = registry.entries.get_mut(name) else {
+            return;
+        };
+        if entry.task.as_ref().map(|(id, _)| *id) != Some(task_id) {
+            return;
+        }
+        entry.state = transition.to;
+        lock(&entry.log).push_transition(transition);
+        self.publish(&mut registry);
+    }
+
+    /// Builds and swaps in a new snapshot, then notifies subscribers.
+    fn publish(&self, registry: &mut Registry) {
+        registry.generation += 1;
+        let services = registry
+            .entries
+            .iter()
+            .map(|(name, e)| {
+                let health = ServiceHealth {
+                    state: e.state,
+                    checked: e.spec.check.is_some(),
+                };
+                (name.clone(), health)
+            })
+            .collect();
+        self.snapshot.store(Arc::new(HealthSnapshot {
+            generation: registry.generation,
+            services,
+        }));
+        self.generation.send_replace(registry.generation);
+    }
+}
+
+fn spec_of(service: &BackendService, checks: &[HealthCheck]) -> Spec {
+    let check = service.health_check.as_ref().and_then(|wanted| {
+        let found = checks.iter().find(|c| &c.name == wanted).cloned();
+        if found.is_none() {
+            tracing::warn!(service = %service.name, profile = %wanted, "unknown health check profile; treating the service as unchecked");
+        }
+        found
+    });
+    Spec {
+        address: service.address,
+        port: service.port,
+        check,
+    }
+}
+
+fn spawn_check(
+    shared: &Arc<Shared>,
+    service: &BackendService,
+    profile: &HealthCheck,
+    task_id: u64,
+    log: Arc<Mutex<ServiceLog>>,
+) -> JoinHandle<()> {
+    let first_delay = if shared.options.spread_first_checks && !profile.period.is_zero() {
+        rand::rng().random_range(Duration::ZERO..profile.period)
+    } else {
+        Duration::ZERO
+    };
+    let task = CheckTask {
+        name: service.name.clone(),
+        probe: shared.options.probes.build(service, profile),
+        profile: profile.clone(),
+        first_delay,
+        log,
+        clock: shared.clock,
+    };
+    // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
+    let weak = Arc::downgrade(shared);
+    let name = service.name.clone();
+    tokio::spawn(scheduler::run(task, move |transition| {
+        if let Some(shared) = weak.upgrade() {
+            shared.apply(&name, task_id, transition);
+        }
+    }))
+}
+
+fn abort(entry: &mut Entry) {
+    if let Some((_, handle)) = entry.task.take() {
+        handle.abort();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
