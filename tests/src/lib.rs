@@ -1,1 +1,4 @@
 //! Test support: packet builder and netns harness.
+pub mod fixture_env;
+pub mod netns;
+pub mod packet;

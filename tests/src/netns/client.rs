@@ -1,0 +1,131 @@
+//! Client side of the test protocol (see [`super::servers`]).
+//!
+//! These functions use the CALLING THREAD's network namespace: call them inside
+//! [`Netns::run`](super::Netns::run) for the client namespace. A [`HeldConn`] opened there
+//! may afterwards be used from any thread.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Connect and read/write timeout of every client operation.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a server answered: which backend and on which local port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The backend's name (the Backend Service name in the tests' configs).
+    pub backend: String,
+    /// The port the server listens on.
+    pub port: u16,
+}
+
+impl Reply {
+    fn parse(line: &str) -> Result<Reply> {
+        let mut parts = line.split_whitespace();
+        let (Some(backend), Some(port), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!("unexpected answer {line:?}");
+        };
+        Ok(Reply {
+            backend: backend.to_owned(),
+            port: port.parse().with_context(|| format!("port in {line:?}"))?,
+        })
+    }
+}
+
+/// Opens a new TCP connection (new source port), asks which backend serves it, closes.
+pub fn tcp_ask(addr: SocketAddrV4) -> Result<Reply> {
+    let mut conn = connect(addr)?;
+    conn.write_all(b"name\n")?;
+    let mut pending = Vec::new();
+    let line = read_line(&mut conn, &mut pending)?;
+    Reply::parse(&line)
+}
+
+/// Sends one datagram from a new socket (new source port) and reads the answer.
+pub fn udp_ask(addr: SocketAddrV4) -> Result<Reply> {
+    let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
+    // Connected: the kernel only delivers answers whose source is exactly `addr`, so an
+    // answer proves the reply was translated back to the VIP.
+    socket.connect(addr)?;
+    socket.set_read_timeout(Some(IO_TIMEOUT))?;
+    socket.send(b"name\n")?;
+    let mut buf = [0u8; 512];
+    let n = socket
+        .recv(&mut buf)
+        .with_context(|| format!("no UDP answer from {addr}"))?;
+    Reply::parse(String::from_utf8_lossy(&buf[..n]).trim())
+}
+
+/// A long-lived TCP connection in "hold" mode: the server echoes every line.
+#[derive(Debug)]
+pub struct HeldConn {
+    stream: TcpStream,
+    pending: Vec<u8>,
+    /// Which backend accepted the connection.
+    pub reply: Reply,
+}
+
+impl HeldConn {
+    /// Connects to `addr` and switches the connection to echo mode.
+    pub fn open(addr: SocketAddrV4) -> Result<HeldConn> {
+        let mut stream = connect(addr)?;
+        stream.write_all(b"hold\n")?;
+        let mut pending = Vec::new();
+        let line = read_line(&mut stream, &mut pending)?;
+        Ok(HeldConn {
+            stream,
+            pending,
+            reply: Reply::parse(&line)?,
+        })
+    }
+
+    /// Sends `msg` and checks that the same line comes back within [`IO_TIMEOUT`].
+    pub fn echo(&mut self, msg: &str) -> Result<()> {
+        self.stream.write_all(format!("{msg}\n").as_bytes())?;
+        let line = read_line(&mut self.stream, &mut self.pending)?;
+        if line != msg {
+            bail!("echo mismatch: sent {msg:?}, got {line:?}");
+        }
+        Ok(())
+    }
+
+    /// The local (client) address of the connection.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.stream.local_addr()?)
+    }
+}
+
+fn connect(addr: SocketAddrV4) -> Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&SocketAddr::V4(addr), IO_TIMEOUT)
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Reads one `\n`-terminated line within [`IO_TIMEOUT`] (total, not per read).
+fn read_line(stream: &mut TcpStream, pending: &mut Vec<u8>) -> Result<String> {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let mut buf = [0u8; 512];
+    loop {
+        if let Some(pos) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            return Ok(String::from_utf8_lossy(&line[..pos]).into_owned());
+        }
+        if Instant::now() >= deadline || pending.len() > 4096 {
+            bail!("no complete line within {IO_TIMEOUT:?}");
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => bail!("connection closed before a complete line"),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                bail!("read timed out after {IO_TIMEOUT:?}")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Real TCP and UDP servers running in backend namespaces, in threads of the test process.
+//!
+//! Protocol (one text line per message, `\n`-terminated):
+//! - TCP: the client sends `name`; the server answers `<backend name> <local port>` and closes.
+//!   The client sends `hold`; the server answers the same line, then echoes every further
+//!   line until the client closes (long-lived connections).
+//! - UDP: every datagram is answered with `<backend name> <local port>`.
+//!
+//! Every loop is bounded: servers stop when asked (on drop) or after [`MAX_LIFETIME`].
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+
+use super::ns::{Netns, enter_path};
+
+/// Upper bound on how long any server or connection handler thread lives.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(180);
+/// How often blocked server threads wake up to look at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+/// Longest line a client may send.
+const MAX_LINE: usize = 4096;
+
+/// The servers of one topology; stops and joins all their threads when dropped.
+#[derive(Default)]
+pub struct Servers {
+    stop: Arc<AtomicBool>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Servers {
+    /// Starts a TCP server named `name` on `0.0.0.0:port` inside `ns`; returns once it listens.
+    pub fn spawn_tcp(&self, ns: &Netns, name: &str, port: u16) -> Result<()> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let path = ns.path();
+        let name = name.to_owned();
+        let stop = self.stop.clone();
+        let threads = self.threads.clone();
+        let handle = std::thread::spawn(move || {
+            let listener = enter_path(&path).and_then(|()| {
+                let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
+                l.set_nonblocking(true)?;
+                Ok(l)
+            });
+            match listener {
+                Ok(l) => {
+                    let _ = ready_tx.send(Ok(()));
+                    accept_loop(&l, &name, port, &stop, &threads);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        });
+        self.push(handle);
+        wait_ready(&ready_rx, "tcp", ns.name(), port)
+    }
+
+    /// Starts a UDP server named `name` on `0.0.0.0:port` inside `ns`; returns once bound.
+    pub fn spawn_udp(&self, ns: &Netns, name: &str, port: u16) -> Result<()> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let path = ns.path();
+        let name = name.to_owned();
+        let stop = self.stop.clone();
+        let handle = std::thread::spawn(move || {
+            let socket = enter_path(&path).and_then(|()| {
+                let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
+                s.set_read_timeout(Some(POLL))?;
+                Ok(s)
+            });
+            match socket {
+                Ok(s) => {
+                    let _ = ready_tx.send(Ok(()));
+                    udp_loop(&s, &name, port, &stop);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        });
+        self.push(handle);
+        wait_ready(&ready_rx, "udp", ns.name(), port)
+    }
+
+    /// Stops every server and handler and waits for their threads (bounded by their polls).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        loop {
+            let next = self.threads.lock().map(|mut t| t.pop()).unwrap_or(None);
+            match next {
+                Some(handle) => {
+                    let _ = handle.join();
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn push(&self, handle: JoinHandle<()>) {
+        if let Ok(mut threads) = self.threads.lock() {
+            threads.push(handle);
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_ready(rx: &mpsc::Receiver<Result<()>>, kind: &str, ns: &str, port: u16) -> Result<()> {
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| anyhow!("{kind} server on {ns}:{port} did not start"))?
+        .with_context(|| format!("{kind} server on {ns}:{port}"))
+}
+
+fn expired(stop: &AtomicBool, started: Instant) -> bool {
+    stop.load(Ordering::SeqCst) || started.elapsed() > MAX_LIFETIME
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    name: &str,
+    port: u16,
+    stop: &Arc<AtomicBool>,
+    threads: &Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    let started = Instant::now();
+    while !expired(stop, started) {
+        match listener.accept() {
+            Ok((stream, _peer)) => {
+                let answer = format!("{name} {port}\n");
+                let stop = stop.clone();
+                let handle = std::thread::spawn(move || {
+                    // A failing connection only ends that connection.
+                    let _ = serve_tcp(stream, &answer, &stop);
+                });
+                if let Ok(mut t) = threads.lock() {
+                    t.push(handle);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// Reads one line (without its `\n`) into `line`; `Ok(false)` on EOF, stop or expiry.
+fn read_line(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+    stop: &AtomicBool,
+    started: Instant,
+) -> std::io::Result<Option<String>> {
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(pos) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            return Ok(Some(String::from_utf8_lossy(&line[..pos]).into_owned()));
+        }
+        if expired(stop, started) || pending.len() > MAX_LINE {
+            return Ok(None);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn serve_tcp(mut stream: TcpStream, answer: &str, stop: &AtomicBool) -> std::io::Result<()> {
+    let started = Instant::now();
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut pending = Vec::new();
+    let Some(first) = read_line(&mut stream, &mut pending, stop, started)? else {
+        return Ok(());
+    };
+    stream.write_all(answer.as_bytes())?;
+    if first.trim() != "hold" {
+        return Ok(());
+    }
+    while let Some(line) = read_line(&mut stream, &mut pending, stop, started)? {
+        stream.write_all(format!("{line}\n").as_bytes())?;
+    }
+    Ok(())
+}
+
+fn udp_loop(socket: &UdpSocket, name: &str, port: u16, stop: &AtomicBool) {
+    let started = Instant::now();
+    let answer = format!("{name} {port}\n");
+    let mut buf = [0u8; 2048];
+    while !expired(stop, started) {
+        if let Ok((_, peer)) = socket.recv_from(&mut buf) {
+            let _ = socket.send_to(answer.as_bytes(), peer);
+        }
+    }
+}

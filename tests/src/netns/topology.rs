@@ -1,0 +1,385 @@
+//! The client / balancer / backends topology and its cleanup guard.
+//!
+//! ```text
+//!  client ns (eth0 10.10.0.2/24, default via 10.10.0.1)
+//!     |  veth eth0 <-> cli
+//!  balancer ns (cli 10.10.0.1/24; bkN 10.11.N.1/24; ip_forward=1; rp_filter=0)
+//!     |  veth bkN <-> eth0
+//!  backend ns N (eth0 10.11.N.2/24, default via 10.11.N.1)
+//! ```
+//! With DSR, each backend also has a direct link to the client (client `dsrN` 10.12.N.1/24,
+//! backend `dsr0` 10.12.N.2/24), a route to the client address over it, and the VIP on `lo`
+//! with ARP for it suppressed. VIPs live in 10.99.0.0/24, reached by the client's default
+//! route via the balancer.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result};
+
+use super::cmd;
+use super::lbctl::{self, Daemon};
+use super::ns::Netns;
+use super::servers::Servers;
+
+/// The client's address.
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 10, 0, 2);
+/// The balancer's address on the client side (the client's gateway).
+pub const BALANCER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 10, 0, 1);
+/// Prefix of every namespace name the harness creates (`lbt<pid>-<n>-<role>`).
+const NS_PREFIX: &str = "lbt";
+/// Prefix of pin directories under /sys/fs/bpf and work directories under the temp dir.
+const DIR_PREFIX: &str = "lbtest-";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The address of backend `n` (1-based).
+pub fn backend_addr(n: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 11, n as u8, 2)
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct TopologyOptions {
+    /// Number of backend namespaces (1..=200).
+    pub backends: usize,
+    /// Set for DSR: the VIP the backends hold on `lo`, plus the direct return links.
+    pub dsr_vip: Option<Ipv4Addr>,
+}
+
+impl Default for TopologyOptions {
+    fn default() -> Self {
+        TopologyOptions {
+            backends: 3,
+            dsr_vip: None,
+        }
+    }
+}
+
+/// One backend host.
+#[derive(Debug)]
+pub struct BackendHost {
+    /// Its name, `b1`, `b2`, ... (the tests use it as the Backend Service name too).
+    pub name: String,
+    /// Its namespace.
+    pub ns: Netns,
+    /// Its address (10.11.N.2).
+    pub addr: Ipv4Addr,
+    /// The balancer-side interface leading to it (`bkN`).
+    pub balancer_dev: String,
+}
+
+/// A whole test network. Dropping it stops its servers, removes the pin and work
+/// directories and deletes every namespace (and with them every veth), also on panic.
+pub struct Topology {
+    /// Servers started in the backends; stopped first on drop.
+    pub servers: Servers,
+    /// Unique id of this topology (`lbt<pid>-<n>`).
+    pub id: String,
+    /// The client namespace.
+    pub client: Netns,
+    /// The balancer namespace, where `lb` runs.
+    pub balancer: Netns,
+    /// The backends, in order b1, b2, ...
+    pub backends: Vec<BackendHost>,
+    /// Per-topology bpffs pin directory (`/sys/fs/bpf/lbtest-<pid>-<n>`).
+    pub pin_dir: PathBuf,
+    /// Per-topology directory for configs and daemon logs.
+    pub work_dir: PathBuf,
+}
+
+impl Topology {
+    /// Builds the topology (about a second). Stale leftovers of dead test processes are
+    /// removed first.
+    pub fn new(opts: &TopologyOptions) -> Result<Topology> {
+        anyhow::ensure!((1..=200).contains(&opts.backends), "1..=200 backends");
+        remove_stale();
+        let pid = std::process::id();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{NS_PREFIX}{pid}-{n}");
+        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/{DIR_PREFIX}{pid}-{n}"));
+        let work_dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{pid}-{n}"));
+        std::fs::create_dir_all(&work_dir)?;
+        // Each namespace is owned as soon as it exists, so an error below still deletes it.
+        let client = Netns::create(&format!("{id}-c"))?;
+        let balancer = Netns::create(&format!("{id}-lb"))?;
+        let mut backends = Vec::new();
+        for i in 1..=opts.backends {
+            backends.push(BackendHost {
+                name: format!("b{i}"),
+                ns: Netns::create(&format!("{id}-b{i}"))?,
+                addr: backend_addr(i),
+                balancer_dev: format!("bk{i}"),
+            });
+        }
+        let topo = Topology {
+            servers: Servers::default(),
+            id,
+            client,
+            balancer,
+            backends,
+            pin_dir,
+            work_dir,
+        };
+        topo.wire(opts)
+            .with_context(|| format!("building topology {}", topo.id))?;
+        Ok(topo)
+    }
+
+    fn wire(&self, opts: &TopologyOptions) -> Result<()> {
+        let (c, lb) = (&self.client, &self.balancer);
+        lb.sysctl(&[("net.ipv4.ip_forward", "1")])?;
+        c.ip(&[
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "cli",
+            "netns",
+            lb.name(),
+        ])?;
+        c.ip(&["addr", "add", "10.10.0.2/24", "dev", "eth0"])?;
+        lb.ip(&["addr", "add", "10.10.0.1/24", "dev", "cli"])?;
+        up(c, "eth0")?;
+        up(lb, "cli")?;
+        c.ip(&["route", "add", "default", "via", "10.10.0.1"])?;
+        for (i, b) in self.backends.iter().enumerate() {
+            let n = i + 1;
+            b.ns.ip(&[
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &b.balancer_dev,
+                "netns",
+                lb.name(),
+            ])?;
+            b.ns.ip(&["addr", "add", &format!("{}/24", b.addr), "dev", "eth0"])?;
+            lb.ip(&[
+                "addr",
+                "add",
+                &format!("10.11.{n}.1/24"),
+                "dev",
+                &b.balancer_dev,
+            ])?;
+            up(&b.ns, "eth0")?;
+            up(lb, &b.balancer_dev)?;
+            b.ns.ip(&["route", "add", "default", "via", &format!("10.11.{n}.1")])?;
+        }
+        // XDP_REDIRECT into a veth needs the receiving peer to run XDP or have GRO on.
+        // Transmit checksum offload is turned off on every veth so frames carry complete
+        // checksums, as they do from a real NIC (XDP rewrites them incrementally).
+        offload(c, "eth0", true)?;
+        offload(lb, "cli", false)?;
+        for b in &self.backends {
+            offload(&b.ns, "eth0", true)?;
+            offload(lb, &b.balancer_dev, false)?;
+        }
+        if let Some(vip) = opts.dsr_vip {
+            self.wire_dsr(vip)?;
+        }
+        // Resolve the balancer's neighbours so bpf_fib_lookup finds them from the start.
+        self.warm_neighbours()
+    }
+
+    fn wire_dsr(&self, vip: Ipv4Addr) -> Result<()> {
+        let c = &self.client;
+        for (i, b) in self.backends.iter().enumerate() {
+            let n = i + 1;
+            let cdev = format!("dsr{n}");
+            c.ip(&[
+                "link",
+                "add",
+                &cdev,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "dsr0",
+                "netns",
+                b.ns.name(),
+            ])?;
+            c.ip(&["addr", "add", &format!("10.12.{n}.1/24"), "dev", &cdev])?;
+            b.ns.ip(&["addr", "add", &format!("10.12.{n}.2/24"), "dev", "dsr0"])?;
+            up(c, &cdev)?;
+            up(&b.ns, "dsr0")?;
+            b.ns.ip(&[
+                "route",
+                "add",
+                &format!("{CLIENT_ADDR}/32"),
+                "via",
+                &format!("10.12.{n}.1"),
+                "dev",
+                "dsr0",
+            ])?;
+            b.ns.ip(&["addr", "add", &format!("{vip}/32"), "dev", "lo"])?;
+            b.ns.sysctl(&[
+                ("net.ipv4.conf.all.arp_ignore", "1"),
+                ("net.ipv4.conf.all.arp_announce", "2"),
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.dsr0.rp_filter", "0"),
+                ("net.ipv4.conf.eth0.rp_filter", "0"),
+            ])?;
+            c.sysctl(&[(&format!("net.ipv4.conf.{cdev}.rp_filter"), "0")])?;
+        }
+        Ok(())
+    }
+
+    fn warm_neighbours(&self) -> Result<()> {
+        let mut targets = vec![CLIENT_ADDR.to_string()];
+        targets.extend(self.backends.iter().map(|b| b.addr.to_string()));
+        for t in &targets {
+            self.balancer
+                .exec("ping", &["-c", "1", "-W", "1", "-q", t])
+                .with_context(|| format!("balancer cannot reach {t}"))?;
+        }
+        Ok(())
+    }
+
+    /// The balancer interfaces XDP is attached to: the client side and every backend side.
+    pub fn interfaces(&self) -> Vec<String> {
+        let mut all = vec!["cli".to_owned()];
+        all.extend(self.backends.iter().map(|b| b.balancer_dev.clone()));
+        all
+    }
+
+    /// The backend host called `name`.
+    pub fn backend(&self, name: &str) -> Option<&BackendHost> {
+        self.backends.iter().find(|b| b.name == name)
+    }
+
+    /// Starts a TCP server on `port` in every backend, named after the backend.
+    pub fn tcp_servers(&self, port: u16) -> Result<()> {
+        for b in &self.backends {
+            self.servers.spawn_tcp(&b.ns, &b.name, port)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a UDP server on `port` in every backend, named after the backend.
+    pub fn udp_servers(&self, port: u16) -> Result<()> {
+        for b in &self.backends {
+            self.servers.spawn_udp(&b.ns, &b.name, port)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `toml` as `<work_dir>/<file>` and returns its path.
+    pub fn write_config(&self, file: &str, toml: &str) -> Result<PathBuf> {
+        let path = self.work_dir.join(file);
+        std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Runs `lb args...` in the balancer namespace.
+    pub fn lb(&self, args: &[&str]) -> Result<String> {
+        lbctl::lb(&self.balancer.path(), args)
+    }
+
+    /// `lb load` of `toml` on every balancer interface with this topology's pin dir.
+    /// Running it again with a changed config applies the change.
+    pub fn lb_load(&self, toml: &str) -> Result<()> {
+        lbctl::ensure_bpffs()?;
+        let config = self.write_config("load.toml", toml)?;
+        let args = self.attach_args("load", &config);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.lb(&refs).map(drop)
+    }
+
+    /// Starts `lb run` of `toml` in the background (log in `<work_dir>/run.log`).
+    pub fn lb_run(&self, toml: &str) -> Result<Daemon> {
+        lbctl::ensure_bpffs()?;
+        let config = self.write_config("run.toml", toml)?;
+        let args = self.attach_args("run", &config);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Daemon::start(&self.balancer.path(), &refs, &self.work_dir.join("run.log"))
+    }
+
+    /// `lb status --json` parsed.
+    pub fn lb_status(&self) -> Result<serde_json::Value> {
+        let pin = self.pin_dir.display().to_string();
+        let out = self.lb(&["status", "--pin-dir", &pin, "--json"])?;
+        serde_json::from_str(&out).with_context(|| format!("lb status --json printed {out}"))
+    }
+
+    fn attach_args(&self, verb: &str, config: &std::path::Path) -> Vec<String> {
+        let mut args = vec![
+            verb.to_owned(),
+            "--config".to_owned(),
+            config.display().to_string(),
+        ];
+        for dev in self.interfaces() {
+            args.push("--iface".to_owned());
+            args.push(dev);
+        }
+        args.push("--pin-dir".to_owned());
+        args.push(self.pin_dir.display().to_string());
+        args
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.servers.stop();
+        // Removing the pins releases the pinned links (detaching XDP) and maps.
+        if self.pin_dir.exists()
+            && let Err(e) = std::fs::remove_dir_all(&self.pin_dir)
+        {
+            eprintln!("harness: cannot remove {}: {e}", self.pin_dir.display());
+        }
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+        // The namespaces (and every veth in them) are deleted by Netns::drop, after this.
+    }
+}
+
+fn up(ns: &Netns, dev: &str) -> Result<()> {
+    ns.ip(&["link", "set", dev, "up"]).map(drop)
+}
+
+fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
+    ns.exec("ethtool", &["-K", dev, "tx", "off"])?;
+    if gro {
+        ns.exec("ethtool", &["-K", dev, "gro", "on"])?;
+    }
+    Ok(())
+}
+
+/// Deletes namespaces, pin directories and work directories left by harness processes
+/// that no longer exist (e.g. a test run killed with SIGKILL). Only names with this
+/// harness's prefixes and the pid of a dead process are touched.
+fn remove_stale() {
+    let dead =
+        |pid: &str| pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists();
+    if let Ok(entries) = std::fs::read_dir("/var/run/netns") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = name.strip_prefix(NS_PREFIX)
+                && let Some((pid, _)) = rest.split_once('-')
+                && dead(pid)
+            {
+                cmd::quiet("ip", &["netns", "del", &name]);
+            }
+        }
+    }
+    for dir in [PathBuf::from("/sys/fs/bpf"), std::env::temp_dir()] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = name.strip_prefix(DIR_PREFIX)
+                && let Some((pid, _)) = rest.split_once('-')
+                && dead(pid)
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
