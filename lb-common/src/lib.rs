@@ -13,7 +13,8 @@ pub mod names {
     pub const VIPS: &str = "VIPS";
     /// Port Range VIPs: LPM trie of [`RangeData`](crate::RangeData) prefixes -> [`VipMeta`](crate::VipMeta).
     pub const RANGES: &str = "RANGES";
-    /// Address roles: [`AddrKey`](crate::AddrKey) -> `u32` bit set of `ADDR_*` flags.
+    /// VIP addresses that have Port Range or ANY-L3 entries: [`AddrKey`](crate::AddrKey) ->
+    /// `u32` bit set of `ADDR_*` flags.
     pub const ADDRS: &str = "ADDRS";
     /// Backend slots: index -> [`BackendSlot`](crate::BackendSlot).
     pub const BACKENDS: &str = "BACKENDS";
@@ -27,6 +28,8 @@ pub mod names {
     pub const VIP_STATS: &str = "VIP_STATS";
     /// Per-CPU counters per backend slot.
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
+    /// Next-hop cache: [`AddrKey`](crate::AddrKey) -> [`NextHop`](crate::NextHop).
+    pub const NEXTHOPS: &str = "NEXTHOPS";
     /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
     pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
     /// Name of the XDP program in the object.
@@ -47,8 +50,13 @@ pub const MIN_MAGLEV_SIZE: u32 = 251;
 pub const MAX_MAGLEV_SIZE: u32 = 1 << 20;
 /// Number of entries in the Port Range LPM trie.
 pub const MAX_RANGE_PREFIXES: u32 = 16_384;
-/// Number of distinct addresses (VIPs and NAT backends) the address-role map holds.
+/// Number of distinct VIP addresses with Port Range or ANY-L3 entries.
 pub const MAX_ADDRS: u32 = 65_536;
+/// Entries of the next-hop cache.
+pub const MAX_NEXTHOPS: u32 = 65_536;
+/// How long a cached next hop is used before the FIB is asked again (1 s): neighbour and
+/// route changes reach the data path within this time.
+pub const NEXTHOP_TTL_NS: u64 = 1_000_000_000;
 /// Flag for map-in-map inner arrays whose size may differ from the template.
 pub const BPF_F_INNER_MAP: u32 = 0x1000;
 
@@ -57,14 +65,10 @@ pub const FAMILY_V4: u8 = 4;
 /// Address family marker for IPv6 (reserved: the data path is IPv4 for now).
 pub const FAMILY_V6: u8 = 6;
 
-/// `ADDRS` role: the address is a VIP with exact (protocol, port) entries.
-pub const ADDR_VIP_EXACT: u32 = 1;
 /// `ADDRS` role: the address is a VIP with Port Range entries.
 pub const ADDR_VIP_RANGE: u32 = 1 << 1;
 /// `ADDRS` role: the address is an ANY-L3 VIP (every protocol).
 pub const ADDR_VIP_ANY: u32 = 1 << 2;
-/// `ADDRS` role: the address is a backend of a NAT-mode VIP, whose replies are reversed.
-pub const ADDR_NAT_BACKEND: u32 = 1 << 3;
 
 /// `VipMeta.flags`: direct server return (rewrite MACs only) instead of NAT.
 pub const VIP_F_DSR: u32 = 1;
@@ -82,7 +86,7 @@ pub const GLOBAL_MALFORMED: u32 = 0;
 pub const GLOBAL_NOT_IPV4: u32 = 1;
 /// Index: IPv4 fragments (passed untouched).
 pub const GLOBAL_FRAGMENT: u32 = 2;
-/// Index: IPv4 packets to no VIP and from no NAT backend (passed untouched).
+/// Index: IPv4 packets to no VIP and with no reverse-NAT entry (passed untouched).
 pub const GLOBAL_NO_VIP: u32 = 3;
 /// Index: packets for a VIP with no usable backend (dropped).
 pub const GLOBAL_NO_BACKEND: u32 = 4;
@@ -92,12 +96,8 @@ pub const GLOBAL_FIB_PASS: u32 = 5;
 pub const GLOBAL_TTL_EXPIRED: u32 = 6;
 /// Index: NAT replies reversed from the connection table.
 pub const GLOBAL_NAT_REPLY: u32 = 7;
-/// Index: packets forwarded by XDP_TX.
-pub const GLOBAL_TX: u32 = 8;
-/// Index: packets forwarded by XDP_REDIRECT.
-pub const GLOBAL_REDIRECT: u32 = 9;
-/// Index: packets from a NAT backend with no reverse entry (passed).
-pub const GLOBAL_NAT_REPLY_MISS: u32 = 10;
+/// Index: next hops resolved through the FIB (next-hop cache misses).
+pub const GLOBAL_FIB_LOOKUP: u32 = 8;
 /// Number of global counters.
 pub const GLOBAL_COUNT: u32 = 16;
 
@@ -221,6 +221,20 @@ pub struct NatReverse {
     pub slot: u32,
 }
 
+/// A cached FIB result: where to send frames for one destination address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NextHop {
+    /// Egress interface.
+    pub ifindex: u32,
+    /// Source MAC (the egress interface's).
+    pub smac: [u8; 6],
+    /// Destination MAC (the neighbour's).
+    pub dmac: [u8; 6],
+    /// `bpf_ktime_get_ns()` after which the entry is looked up again.
+    pub expires: u64,
+}
+
 /// Per-CPU counters of one VIP or one backend slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -261,6 +275,7 @@ mod pod {
     unsafe impl aya::Pod for super::FlowValue {}
     unsafe impl aya::Pod for super::NatReverse {}
     unsafe impl aya::Pod for super::Counters {}
+    unsafe impl aya::Pod for super::NextHop {}
 }
 
 #[cfg(test)]
@@ -279,5 +294,6 @@ mod tests {
         assert_eq!(size_of::<FlowValue>(), 8);
         assert_eq!(size_of::<NatReverse>(), 28);
         assert_eq!(size_of::<Counters>(), 40);
+        assert_eq!(size_of::<NextHop>(), 24);
     }
 }

@@ -1,24 +1,37 @@
-//! Next hop from the kernel's FIB and the final MAC rewrite + forwarding verdict.
+//! Next hop from the kernel's FIB (cached briefly per destination) and the final MAC
+//! rewrite + forwarding verdict.
 
 use core::mem;
 
 use aya_ebpf::{
-    bindings::{bpf_fib_lookup as FibParams, xdp_action},
-    helpers::generated::{bpf_fib_lookup, bpf_redirect},
-    programs::XdpContext,
     EbpfContext,
+    bindings::{bpf_fib_lookup as FibParams, xdp_action},
+    helpers::generated::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
+    programs::XdpContext,
 };
+use lb_common::{AddrKey, GLOBAL_FIB_LOOKUP, NEXTHOP_TTL_NS, NextHop};
 
+use crate::maps::NEXTHOPS;
 use crate::parse::Packet;
 
 const AF_INET: u8 = 2;
 const BPF_FIB_LKUP_RET_SUCCESS: i64 = 0;
 
-/// Looks up the route to `dst` (from `src`) as if the packet arrived on the ingress
-/// interface. Returns the filled parameters on success; `None` means "let the kernel do
-/// it" (no neighbour entry yet, no route, forwarding disabled...).
+/// The next hop towards `dst`: from the cache while fresh, else from the FIB as if the
+/// packet arrived on the ingress interface. `None` means "let the kernel do it" (no
+/// neighbour entry yet, no route, forwarding disabled...); failures are never cached.
 #[inline(always)]
-pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<FibParams> {
+pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<NextHop> {
+    let key = AddrKey {
+        addr: [dst, 0, 0, 0],
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(hop) = unsafe { NEXTHOPS.get(&key) } {
+        if hop.expires > now {
+            return Some(*hop);
+        }
+    }
+    crate::stats::global(GLOBAL_FIB_LOOKUP);
     let mut params: FibParams = unsafe { mem::zeroed() };
     params.family = AF_INET;
     params.l4_protocol = pkt.proto;
@@ -36,21 +49,29 @@ pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<FibP
             0,
         )
     };
-    if rc == BPF_FIB_LKUP_RET_SUCCESS { Some(params) } else { None }
+    if rc != BPF_FIB_LKUP_RET_SUCCESS {
+        return None;
+    }
+    let hop = NextHop {
+        ifindex: params.ifindex,
+        smac: params.smac,
+        dmac: params.dmac,
+        expires: now + NEXTHOP_TTL_NS,
+    };
+    let _ = NEXTHOPS.insert(&key, &hop, 0);
+    Some(hop)
 }
 
 /// Writes the next hop's MACs and returns XDP_TX (same interface) or XDP_REDIRECT.
 #[inline(always)]
-pub fn transmit(ctx: &XdpContext, pkt: &Packet, next: &FibParams) -> u32 {
+pub fn transmit(ctx: &XdpContext, pkt: &Packet, hop: &NextHop) -> u32 {
     unsafe {
-        (*pkt.eth).dst = next.dmac;
-        (*pkt.eth).src = next.smac;
+        (*pkt.eth).dst = hop.dmac;
+        (*pkt.eth).src = hop.smac;
     }
-    if next.ifindex == ctx.ingress_ifindex() as u32 {
-        crate::stats::global(lb_common::GLOBAL_TX);
+    if hop.ifindex == ctx.ingress_ifindex() as u32 {
         xdp_action::XDP_TX
     } else {
-        crate::stats::global(lb_common::GLOBAL_REDIRECT);
-        unsafe { bpf_redirect(next.ifindex, 0) as u32 }
+        unsafe { bpf_redirect(hop.ifindex, 0) as u32 }
     }
 }

@@ -17,7 +17,10 @@ pub struct Choice {
 fn hash(key: &FlowKey) -> u32 {
     #[inline(always)]
     fn mix(mut h: u32, w: u32) -> u32 {
-        h ^= w.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
+        h ^= w
+            .wrapping_mul(0xcc9e_2d51)
+            .rotate_left(15)
+            .wrapping_mul(0x1b87_3593);
         h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
     }
     let mut h = 0x9747_b28c;
@@ -35,7 +38,11 @@ fn hash(key: &FlowKey) -> u32 {
 #[inline(always)]
 fn active_slot(slot: u32, vip_id: u32) -> Option<BackendSlot> {
     let b = BACKENDS.get(slot)?;
-    if b.flags & SLOT_F_ACTIVE != 0 && b.vip_id == vip_id { Some(*b) } else { None }
+    if b.flags & SLOT_F_ACTIVE != 0 && b.vip_id == vip_id {
+        Some(*b)
+    } else {
+        None
+    }
 }
 
 /// Picks the backend for `key` on the VIP `meta`. `None`: the VIP has no usable backend.
@@ -48,7 +55,12 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
                 // A flow keeps its backend while the slot is active (drained included);
                 // a failed or removed backend makes it re-hash below.
                 if let Some(backend) = active_slot(v.slot, meta.vip_id) {
-                    return Some(Choice { slot: v.slot, backend, new_flow: false, ct_miss: false });
+                    return Some(Choice {
+                        slot: v.slot,
+                        backend,
+                        new_flow: false,
+                        ct_miss: false,
+                    });
                 }
             }
             None => ct_miss = true,
@@ -60,8 +72,16 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
     let index = hash(key) % meta.table_size;
     let slot = *MAGLEV.get_value(meta.vip_id, &index)?;
     let backend = active_slot(slot, meta.vip_id)?;
-    let value = FlowValue { slot, vip_id: meta.vip_id };
+    let value = FlowValue {
+        slot,
+        vip_id: meta.vip_id,
+    };
     // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
     let _ = CONNS.insert(key, &value, 0);
-    Some(Choice { slot, backend, new_flow: true, ct_miss })
+    Some(Choice {
+        slot,
+        backend,
+        new_flow: true,
+        ct_miss,
+    })
 }

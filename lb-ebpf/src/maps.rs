@@ -7,12 +7,15 @@ use aya_ebpf::{
 };
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FlowKey,
-    FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_RANGE_PREFIXES, MAX_VIPS,
-    NatReverse, RangeData, VipKey, VipMeta,
+    FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES,
+    MAX_VIPS, NatReverse, NextHop, RangeData, VipKey, VipMeta,
 };
 
 /// `BPF_F_INNER_MAP` as the map-flags const parameter: inner tables may have any size.
 const INNER_MAP: usize = lb_common::BPF_F_INNER_MAP as usize;
+/// `BPF_F_NO_COMMON_LRU`: per-CPU LRU lists, so inserts on one CPU never wait for another.
+/// Entries stay visible to every CPU (a reply handled on another CPU finds its flow).
+const PER_CPU_LRU: usize = 2;
 /// `BPF_F_NO_PREALLOC`, required by LPM tries.
 const NO_PREALLOC: usize = 1;
 
@@ -42,13 +45,25 @@ pub static MAGLEV: ArrayOfMaps<
 
 /// Connection table; its size is set by userspace at load time.
 #[btf_map]
-pub static CONNS: LruHashMap<FlowKey, FlowValue, { DEFAULT_CONN_TABLE_SIZE as usize }> =
-    LruHashMap::new();
+pub static CONNS: LruHashMap<
+    FlowKey,
+    FlowValue,
+    { DEFAULT_CONN_TABLE_SIZE as usize },
+    PER_CPU_LRU,
+> = LruHashMap::new();
 
 /// Reverse NAT entries (backend -> client direction).
 #[btf_map]
-pub static NAT_REV: LruHashMap<FlowKey, NatReverse, { DEFAULT_CONN_TABLE_SIZE as usize }> =
-    LruHashMap::new();
+pub static NAT_REV: LruHashMap<
+    FlowKey,
+    NatReverse,
+    { DEFAULT_CONN_TABLE_SIZE as usize },
+    PER_CPU_LRU,
+> = LruHashMap::new();
+
+/// Next hops from the FIB, reused for `NEXTHOP_TTL_NS`.
+#[btf_map]
+pub static NEXTHOPS: LruHashMap<AddrKey, NextHop, { MAX_NEXTHOPS as usize }> = LruHashMap::new();
 
 /// Counters per VIP id.
 #[btf_map]

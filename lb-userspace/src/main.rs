@@ -107,7 +107,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { pin_dir, json } => status(&pin_dir, json),
         Command::CheckConfig { file } => {
-            let (cfg, warnings) = config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (cfg, warnings) =
+                config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
             for w in warnings {
                 warn!("{w}");
             }
@@ -133,12 +134,19 @@ fn read_config(path: &Path) -> Result<Config> {
 /// Validates everything first, so a bad config or interface changes nothing loaded.
 fn load(t: &Target) -> Result<(DataPath, Config)> {
     let cfg = read_config(&t.config)?;
-    let ifaces = if t.ifaces.is_empty() { cfg.xdp.interfaces.clone() } else { t.ifaces.clone() };
+    let ifaces = if t.ifaces.is_empty() {
+        cfg.xdp.interfaces.clone()
+    } else {
+        t.ifaces.clone()
+    };
     if ifaces.is_empty() {
-        bail!("no interface: give --iface or set xdp.interfaces in {}", t.config.display());
+        bail!(
+            "no interface: give --iface or set xdp.interfaces in {}",
+            t.config.display()
+        );
     }
     for iface in &ifaces {
-        if !Path::new("/sys/class/net").join(iface).exists() {
+        if !interface_exists(iface) {
             bail!("interface {iface} does not exist");
         }
     }
@@ -154,7 +162,10 @@ fn load(t: &Target) -> Result<(DataPath, Config)> {
     };
     let pin_dir = t.pin_dir.clone().unwrap_or_else(|| cfg.xdp.pin_dir.clone());
     let object = network::read_object()?;
-    let opts = LoadOptions { pin_dir: Some(pin_dir.clone()), conn_table_size: cfg.xdp.conn_table_size };
+    let opts = LoadOptions {
+        pin_dir: Some(pin_dir.clone()),
+        conn_table_size: cfg.xdp.conn_table_size,
+    };
     let mut dp = DataPath::load(&object, &opts)?;
     if dp.adopted() {
         info!(pin_dir = %pin_dir.display(), "adopted the running data path");
@@ -168,6 +179,16 @@ fn load(t: &Target) -> Result<(DataPath, Config)> {
     Ok((dp, cfg))
 }
 
+/// Looks the name up in the calling process's network namespace (/sys/class/net may
+/// belong to another one under `nsenter --net`).
+fn interface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated string; the call only reads it.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
 fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
     network::apply(dp, cfg, &HashSet::new()).context("writing the Network vServices")?;
     let n = cfg.vservices.iter().filter(|v| v.kind.is_network()).count();
@@ -178,7 +199,9 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
 fn daemon(t: &Target) -> Result<()> {
     let (mut dp, cfg) = load(t)?;
     apply(&mut dp, &cfg)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hup = signal(SignalKind::hangup())?;
@@ -208,7 +231,10 @@ fn status(pin_dir: &Path, json: bool) -> Result<()> {
         bail!("no data path is loaded under {}", pin_dir.display());
     }
     let object = network::read_object().unwrap_or_default();
-    let opts = LoadOptions { pin_dir: Some(pin_dir.to_path_buf()), conn_table_size: 0 };
+    let opts = LoadOptions {
+        pin_dir: Some(pin_dir.to_path_buf()),
+        conn_table_size: 0,
+    };
     let dp = DataPath::load(&object, &opts)?;
     let st = dp.status()?;
     let ifaces = network::attached_interfaces(pin_dir);
@@ -222,14 +248,34 @@ fn status(pin_dir: &Path, json: bool) -> Result<()> {
 }
 
 fn print_status(st: &Status, ifaces: &[String]) {
-    println!("attached to: {}", if ifaces.is_empty() { "-".into() } else { ifaces.join(", ") });
+    println!(
+        "attached to: {}",
+        if ifaces.is_empty() {
+            "-".into()
+        } else {
+            ifaces.join(", ")
+        }
+    );
     for v in &st.vips {
         let c = &v.counters;
         println!(
             "\nvService {} {}:{}/{} {} table={} packets={} bytes={} new_flows={} drops={} ct_misses={}",
-            v.name, v.address, v.ports, v.proto, v.mode, v.table_size, c.packets, c.bytes, c.new_flows, c.drops, c.ct_misses
+            v.name,
+            v.address,
+            v.ports,
+            v.proto,
+            v.mode,
+            v.table_size,
+            c.packets,
+            c.bytes,
+            c.new_flows,
+            c.drops,
+            c.ct_misses
         );
-        println!("  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}", "backend", "address", "weight", "state", "packets", "bytes", "new_flows");
+        println!(
+            "  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}",
+            "backend", "address", "weight", "state", "packets", "bytes", "new_flows"
+        );
         for b in &v.backends {
             println!(
                 "  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}",

@@ -1,1 +1,143 @@
-fn main() {}
+//! The developer and operator CLI. Every command sets up what it needs first, so a
+//! newcomer on a fresh Debian 12 machine only ever types `cargo xtask <command>`.
+
+mod build;
+mod setup;
+mod sh;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::sh::run;
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Build, load, test and benchmark the load balancer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what is missing: Debian rustc-web + BPF core, bpf-linker, bpftool, bpffs.
+    Setup,
+    /// Set up, then build the XDP object and the `lb` binary.
+    Build,
+    /// Load the data path onto interfaces and write a config's VIPs (see `lb load --help`).
+    Load {
+        /// Interface(s) to attach to.
+        #[arg(long = "iface", value_delimiter = ',', required = true)]
+        ifaces: Vec<String>,
+        /// Configuration file.
+        #[arg(long)]
+        config: PathBuf,
+        /// drv (native) or skb (generic).
+        #[arg(long, default_value = "drv")]
+        mode: String,
+        /// bpffs pin directory.
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+    },
+    /// Detach from an interface (the last one unloads the program).
+    Unload {
+        /// Interface(s) to detach from.
+        #[arg(long = "iface", value_delimiter = ',', required = true)]
+        ifaces: Vec<String>,
+        /// bpffs pin directory.
+        #[arg(long, default_value = "/sys/fs/bpf/lb")]
+        pin_dir: PathBuf,
+    },
+    /// VIPs, backends and counters of the loaded data path.
+    Status {
+        /// bpffs pin directory.
+        #[arg(long, default_value = "/sys/fs/bpf/lb")]
+        pin_dir: PathBuf,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set up, build, and run every test (unit, packet fixtures, namespace end to end).
+    Test {
+        /// Extra arguments passed to `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time.
+    Bench {
+        /// Which benchmark.
+        #[arg(value_parser = ["xdp"])]
+        what: String,
+    },
+    /// Set up, build, and run the namespace demo (client, balancer, three backends).
+    Demo,
+}
+
+fn main() {
+    if let Err(e) = run_cli(Cli::parse()) {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn lb(args: &[String]) -> Result<()> {
+    run(Command::new(build::root().join("target/debug/lb")).args(args))
+}
+
+fn run_cli(cli: Cli) -> Result<()> {
+    match cli.command {
+        Cmd::Setup => setup::setup(),
+        Cmd::Build => build::all(),
+        Cmd::Load {
+            ifaces,
+            config,
+            mode,
+            pin_dir,
+        } => {
+            build::all()?;
+            let mut args = vec![
+                "load".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ];
+            args.extend(["--iface".into(), ifaces.join(","), "--mode".into(), mode]);
+            if let Some(p) = pin_dir {
+                args.extend(["--pin-dir".into(), p.display().to_string()]);
+            }
+            lb(&args)
+        }
+        Cmd::Unload { ifaces, pin_dir } => {
+            build::all()?;
+            lb(&[
+                "unload".into(),
+                "--iface".into(),
+                ifaces.join(","),
+                "--pin-dir".into(),
+                pin_dir.display().to_string(),
+            ])
+        }
+        Cmd::Status { pin_dir, json } => {
+            build::all()?;
+            let mut args = vec![
+                "status".into(),
+                "--pin-dir".into(),
+                pin_dir.display().to_string(),
+            ];
+            if json {
+                args.push("--json".into());
+            }
+            lb(&args)
+        }
+        Cmd::Test { args } => build::test(&args),
+        Cmd::Bench { what } => match what.as_str() {
+            "xdp" => build::bench_xdp(),
+            other => anyhow::bail!("unknown benchmark {other}"),
+        },
+        Cmd::Demo => build::demo(),
+    }
+}

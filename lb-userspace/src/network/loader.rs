@@ -10,18 +10,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use aya::maps::{Map, MapData};
-use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::links::Link as _;
+use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
-use aya_obj::programs::XdpAttachType;
 use aya::{Ebpf, EbpfLoader};
+use aya_obj::programs::XdpAttachType;
 use lb_common::names;
 
 use super::maps::Maps;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 10] = [
+const MAP_NAMES: [&str; 11] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -29,6 +29,7 @@ const MAP_NAMES: [&str; 10] = [
     names::MAGLEV,
     names::CONNS,
     names::NAT_REV,
+    names::NEXTHOPS,
     names::VIP_STATS,
     names::BACKEND_STATS,
     names::GLOBAL_STATS,
@@ -46,7 +47,7 @@ pub struct LoadOptions {
 /// The program either belongs to this process or was adopted from its pin.
 enum Program {
     Owned(Box<Ebpf>),
-    Pinned(Xdp),
+    Pinned(Box<Xdp>),
 }
 
 /// The loaded (or adopted) XDP program and its maps.
@@ -184,7 +185,7 @@ impl DataPath {
         let prog = Xdp::from_pin(prog_pin(dir), XdpAttachType::Interface)
             .with_context(|| format!("opening pinned program in {}", dir.display()))?;
         Ok(DataPath {
-            program: Program::Pinned(prog),
+            program: Program::Pinned(Box::new(prog)),
             maps: Maps::new(maps)?,
             state: State::read(dir)?,
             pin_dir: Some(dir.to_path_buf()),
@@ -259,7 +260,10 @@ impl DataPath {
             repeat: 1,
             ..Default::default()
         };
-        let res = self.xdp_ref()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        let res = self
+            .xdp_ref()?
+            .test_run(opts)
+            .context("BPF_PROG_TEST_RUN")?;
         out.truncate(res.data_size_out as usize);
         Ok((res.return_value, out))
     }
@@ -273,7 +277,10 @@ impl DataPath {
             repeat,
             ..Default::default()
         };
-        let res = self.xdp_ref()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        let res = self
+            .xdp_ref()?
+            .test_run(opts)
+            .context("BPF_PROG_TEST_RUN")?;
         Ok(res.duration)
     }
 }
@@ -304,7 +311,10 @@ pub fn attached_interfaces(dir: &Path) -> Vec<String> {
 pub fn detach(dir: &Path, iface: &str) -> Result<bool> {
     let path = link_pin(dir, iface);
     let link = PinnedLink::from_pin(&path).map_err(|e| {
-        anyhow!("interface {iface} has no XDP link pinned at {}: {e}", path.display())
+        anyhow!(
+            "interface {iface} has no XDP link pinned at {}: {e}",
+            path.display()
+        )
     })?;
     let fd = link.unpin().context("removing the link pin")?;
     fd.detach().context("detaching the XDP link")?;

@@ -3,7 +3,8 @@
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues};
 use lb_common::{
-    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, RangeData, VipKey, VipMeta,
+    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, NextHop, RangeData, VipKey,
+    VipMeta,
 };
 
 /// One handle per map.
@@ -18,6 +19,7 @@ pub(crate) struct Maps {
     pub conns: HashMap<MapData, FlowKey, FlowValue>,
     #[allow(dead_code)]
     pub nat_rev: HashMap<MapData, FlowKey, NatReverse>,
+    pub nexthops: HashMap<MapData, AddrKey, NextHop>,
     pub vip_stats: PerCpuArray<MapData, Counters>,
     pub backend_stats: PerCpuArray<MapData, Counters>,
     pub global_stats: PerCpuArray<MapData, u64>,
@@ -36,10 +38,20 @@ impl Maps {
             maglev: next("MAGLEV")?.try_into().context("MAGLEV")?,
             conns: next("CONNS")?.try_into().context("CONNS")?,
             nat_rev: next("NAT_REV")?.try_into().context("NAT_REV")?,
+            nexthops: next("NEXTHOPS")?.try_into().context("NEXTHOPS")?,
             vip_stats: next("VIP_STATS")?.try_into().context("VIP_STATS")?,
             backend_stats: next("BACKEND_STATS")?.try_into().context("BACKEND_STATS")?,
             global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
         })
+    }
+
+    /// Forgets every cached next hop, so routes and neighbours are looked up afresh after a
+    /// configuration change (new backends often mean new neighbours).
+    pub fn flush_nexthops(&mut self) {
+        let keys: Vec<AddrKey> = self.nexthops.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = self.nexthops.remove(&k);
+        }
     }
 
     /// Sums one entry of a per-CPU counter array.

@@ -140,9 +140,20 @@ mod tests {
 
     #[test]
     fn range_prefixes_cover_exactly_the_range() {
-        for (a, b) in [(1000, 2000), (0, 65535), (80, 80), (1, 2), (65534, 65535), (1023, 1024)] {
+        for (a, b) in [
+            (1000, 2000),
+            (0, 65535),
+            (80, 80),
+            (1, 2),
+            (65534, 65535),
+            (1023, 1024),
+        ] {
             let p = range_prefixes(a, b);
-            assert_eq!(covered(&p), (a as u32..=b as u32).collect::<Vec<_>>(), "{a}-{b}");
+            assert_eq!(
+                covered(&p),
+                (a as u32..=b as u32).collect::<Vec<_>>(),
+                "{a}-{b}"
+            );
             assert!(p.len() <= 32, "{a}-{b} used {} prefixes", p.len());
         }
         assert_eq!(range_prefixes(0, 65535), vec![(0, 0)]);

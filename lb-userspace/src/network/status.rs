@@ -8,7 +8,7 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 11] = [
+const GLOBAL_NAMES: [(&str, u32); 9] = [
     ("malformed", GLOBAL_MALFORMED),
     ("not_ipv4", GLOBAL_NOT_IPV4),
     ("fragment", GLOBAL_FRAGMENT),
@@ -17,9 +17,7 @@ const GLOBAL_NAMES: [(&str, u32); 11] = [
     ("fib_pass", GLOBAL_FIB_PASS),
     ("ttl_expired", GLOBAL_TTL_EXPIRED),
     ("nat_reply", GLOBAL_NAT_REPLY),
-    ("tx", GLOBAL_TX),
-    ("redirect", GLOBAL_REDIRECT),
-    ("nat_reply_miss", GLOBAL_NAT_REPLY_MISS),
+    ("fib_lookup", GLOBAL_FIB_LOOKUP),
 ];
 
 /// Everything `lb status` shows.

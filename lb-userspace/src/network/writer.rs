@@ -12,9 +12,9 @@ use std::net::Ipv4Addr;
 use anyhow::{Context, Result, bail};
 use aya::maps::{Array, MapData, lpm_trie::Key};
 use lb_common::{
-    ADDR_NAT_BACKEND, ADDR_VIP_ANY, ADDR_VIP_EXACT, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP,
-    BackendSlot, FAMILY_V4, MAX_BACKEND_SLOTS, MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData,
-    SLOT_F_ACTIVE, VIP_F_DSR, VipKey, VipMeta,
+    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP, BackendSlot, FAMILY_V4,
+    MAX_BACKEND_SLOTS, MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR,
+    VipKey, VipMeta,
 };
 
 use super::loader::DataPath;
@@ -37,7 +37,10 @@ pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<
 /// Writes `vips` into the maps, replacing whatever was written before.
 pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let old = dp.state.clone();
-    let mut new = State { vips: Vec::new(), next_slot: old.next_slot };
+    let mut new = State {
+        vips: Vec::new(),
+        next_slot: old.next_slot,
+    };
     let ids = assign_vip_ids(&old, vips)?;
     let mut used_slots: HashSet<u32> = HashSet::new();
     // Slots that keep their owner: same VIP id, address and port.
@@ -48,7 +51,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         }
     }
     for (vip, &vip_id) in vips.iter().zip(&ids) {
-        let fresh_vip = !old.vips.iter().any(|o| o.vip_id == vip_id && o.name == vip.name);
+        let fresh_vip = !old
+            .vips
+            .iter()
+            .any(|o| o.vip_id == vip_id && o.name == vip.name);
         if fresh_vip {
             Maps::reset_counters(&mut dp.maps.vip_stats, vip_id)?;
         }
@@ -70,7 +76,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 family: FAMILY_V4,
                 vip_id,
             };
-            dp.maps.backends.set(slot, entry, 0).context("writing BACKENDS")?;
+            dp.maps
+                .backends
+                .set(slot, entry, 0)
+                .context("writing BACKENDS")?;
             slots.push(SlotState {
                 name: b.name.clone(),
                 slot,
@@ -97,6 +106,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     write_vip_entries(&mut dp.maps, &new)?;
     remove_stale(&mut dp.maps, &old, &new, &used_slots)?;
     write_addrs(&mut dp.maps, &old, &new)?;
+    dp.maps.flush_nexthops();
     if let Some(dir) = dp.pin_dir() {
         new.write(dir)?;
     }
@@ -161,12 +171,19 @@ fn write_table(
     slots: &[SlotState],
     previous: Option<&VipState>,
 ) -> Result<(u32, u64)> {
-    let keys: Vec<String> = slots.iter().map(|s| format!("{}:{}", s.address, s.port)).collect();
+    let keys: Vec<String> = slots
+        .iter()
+        .map(|s| format!("{}:{}", s.address, s.port))
+        .collect();
     let members: Vec<MaglevBackend<'_>> = slots
         .iter()
         .zip(&keys)
         .filter(|(s, _)| s.active)
-        .map(|(s, k)| MaglevBackend { key: k, weight: s.weight, value: s.slot })
+        .map(|(s, k)| MaglevBackend {
+            key: k,
+            weight: s.weight,
+            value: s.slot,
+        })
         .collect();
     let mut h = DefaultHasher::new();
     vip.table_size.hash(&mut h);
@@ -174,10 +191,8 @@ fn write_table(
         (m.key, m.weight, m.value).hash(&mut h);
     }
     let fingerprint = h.finish();
-    if let Some(p) = previous {
-        if p.table_hash == fingerprint && p.name == vip.name {
-            return Ok((p.table_size, fingerprint));
-        }
+    if let Some(p) = previous.filter(|p| p.table_hash == fingerprint && p.name == vip.name) {
+        return Ok((p.table_size, fingerprint));
     }
     let Some(table) = maglev::build(&members, vip.table_size) else {
         // No backend may take new flows: the VIP drops packets that have no flow.
@@ -206,9 +221,19 @@ fn meta(v: &VipState) -> VipMeta {
 fn exact_key(v: &VipState) -> Option<VipKey> {
     let addr = addr_words(v.address);
     if v.proto == PROTO_ANY {
-        Some(VipKey { addr, port: 0, proto: PROTO_ANY, family: FAMILY_V4 })
+        Some(VipKey {
+            addr,
+            port: 0,
+            proto: PROTO_ANY,
+            family: FAMILY_V4,
+        })
     } else if v.ports.0 == v.ports.1 {
-        Some(VipKey { addr, port: v.ports.0.to_be(), proto: v.proto, family: FAMILY_V4 })
+        Some(VipKey {
+            addr,
+            port: v.ports.0.to_be(),
+            proto: v.proto,
+            family: FAMILY_V4,
+        })
     } else {
         None
     }
@@ -221,8 +246,12 @@ fn range_keys(v: &VipState) -> Vec<Key<RangeData>> {
     range_prefixes(v.ports.0, v.ports.1)
         .into_iter()
         .map(|(port, bits)| {
-            let data =
-                RangeData { addr: addr_words(v.address), proto: v.proto, pad: 0, port: port.to_be() };
+            let data = RangeData {
+                addr: addr_words(v.address),
+                proto: v.proto,
+                pad: 0,
+                port: port.to_be(),
+            };
             Key::new(RANGE_PREFIX_BASE + bits, data)
         })
         .collect()
@@ -234,7 +263,9 @@ fn write_vip_entries(maps: &mut Maps, new: &State) -> Result<()> {
             maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
         }
         for k in range_keys(v) {
-            maps.ranges.insert(&k, meta(v), 0).context("writing RANGES")?;
+            maps.ranges
+                .insert(&k, meta(v), 0)
+                .context("writing RANGES")?;
         }
     }
     Ok(())
@@ -249,10 +280,8 @@ fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) 
         .map(|k| (k.prefix_len(), k.data()))
         .collect();
     for v in &old.vips {
-        if let Some(k) = exact_key(v) {
-            if !live_exact.contains(&k) {
-                let _ = maps.vips.remove(&k);
-            }
+        if let Some(k) = exact_key(v).filter(|k| !live_exact.contains(k)) {
+            let _ = maps.vips.remove(&k);
         }
         for k in range_keys(v) {
             if !live_ranges.contains(&(k.prefix_len(), k.data())) {
@@ -269,22 +298,18 @@ fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) 
     Ok(())
 }
 
+/// VIP addresses that need a second lookup (Port Range, ANY-L3) and which ones.
 fn roles(state: &State) -> HashMap<Ipv4Addr, u32> {
     let mut out: HashMap<Ipv4Addr, u32> = HashMap::new();
     for v in &state.vips {
         let role = if v.proto == PROTO_ANY {
             ADDR_VIP_ANY
-        } else if v.ports.0 == v.ports.1 {
-            ADDR_VIP_EXACT
-        } else {
+        } else if v.ports.0 != v.ports.1 {
             ADDR_VIP_RANGE
+        } else {
+            continue;
         };
         *out.entry(v.address).or_default() |= role;
-        if !v.dsr {
-            for b in &v.backends {
-                *out.entry(b.address).or_default() |= ADDR_NAT_BACKEND;
-            }
-        }
     }
     out
 }
@@ -293,12 +318,20 @@ fn write_addrs(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
     let wanted = roles(new);
     for (addr, role) in &wanted {
         maps.addrs
-            .insert(AddrKey { addr: addr_words(*addr) }, role, 0)
+            .insert(
+                AddrKey {
+                    addr: addr_words(*addr),
+                },
+                role,
+                0,
+            )
             .context("writing ADDRS")?;
     }
     for addr in roles(old).keys() {
         if !wanted.contains_key(addr) {
-            let _ = maps.addrs.remove(&AddrKey { addr: addr_words(*addr) });
+            let _ = maps.addrs.remove(&AddrKey {
+                addr: addr_words(*addr),
+            });
         }
     }
     Ok(())

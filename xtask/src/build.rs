@@ -1,0 +1,108 @@
+//! Building the two halves (the eBPF object with Debian's rustc-web, the host crates with
+//! rustup's stable) and running tests, benchmarks and the demo on top of them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::setup;
+use crate::sh::run;
+
+/// The repository root (xtask's parent directory).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The compiled XDP object.
+pub fn object() -> PathBuf {
+    root().join("lb-ebpf/target/bpfel-unknown-none/release/lb-xdp")
+}
+
+/// Builds lb-ebpf with Debian's compiler and precompiled BPF `core` (see the toolchain notes).
+pub fn ebpf() -> Result<()> {
+    let mut cmd = Command::new("/usr/bin/cargo");
+    cmd.current_dir(root().join("lb-ebpf"))
+        .args(["build", "--release", "--locked", "--quiet"])
+        .env("RUSTC", "/usr/bin/rustc")
+        .env("RUSTDOC", "/usr/bin/rustdoc")
+        // aya-ebpf uses one unstable feature on the bpf target; allow it for that crate only.
+        .env("RUSTC_BOOTSTRAP", "aya_ebpf")
+        .env(
+            "CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER",
+            setup::bpf_linker(),
+        );
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTUP_TOOLCHAIN",
+    ] {
+        cmd.env_remove(var);
+    }
+    run(&mut cmd)
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Setup, the XDP object, and the `lb` binary (debug profile).
+pub fn all() -> Result<()> {
+    setup::setup()?;
+    ebpf()?;
+    run(cargo().args([
+        "build",
+        "--locked",
+        "--quiet",
+        "-p",
+        "lb-userspace",
+        "-p",
+        "lb-tests",
+        "--bins",
+    ]))
+}
+
+/// Setup, build, then every test of the workspace.
+pub fn test(extra: &[String]) -> Result<()> {
+    all()?;
+    run(cargo()
+        .args(["test", "--locked", "--workspace"])
+        .args(extra)
+        .env("LB_BIN", root().join("target/debug/lb"))
+        .env("LB_XDP_OBJECT", object()))
+}
+
+/// ns/packet of the data path and the Maglev build time, in release mode.
+pub fn bench_xdp() -> Result<()> {
+    setup::setup()?;
+    ebpf()?;
+    run(cargo()
+        .args([
+            "run",
+            "--release",
+            "--locked",
+            "--quiet",
+            "-p",
+            "lb-tests",
+            "--bin",
+            "bench-xdp",
+        ])
+        .env("LB_XDP_OBJECT", object()))
+}
+
+/// The namespace demo.
+pub fn demo() -> Result<()> {
+    all()?;
+    run(Command::new(root().join("target/debug/lb-demo"))
+        .env("LB_BIN", root().join("target/debug/lb"))
+        .env("LB_XDP_OBJECT", object()))
+}

@@ -1,0 +1,166 @@
+//! `cargo xtask setup`: install what a fresh Debian 12 machine lacks, and nothing more.
+//!
+//! Idempotent and fast when everything is present: a `dpkg-query` per package, a version
+//! check of bpf-linker, a statfs of /sys/fs/bpf.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::sh::{output, run};
+
+/// bpf-linker release known to work with aya 0.14 and LLVM 21-23.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Debian packages the build, the tests and the demo need.
+const PACKAGES: &[&str] = &[
+    // Compiler for the eBPF crate and its prebuilt `core` for bpfel-unknown-none.
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    // Inspecting and driving the data path and the namespace harness.
+    "bpftool",
+    "iproute2",
+    "iputils-ping",
+    "util-linux",
+    "ethtool",
+];
+
+/// Libraries bpf-linker links against when built from source.
+const LINKER_BUILD_PACKAGES: &[&str] = &[
+    "libz3-dev",
+    "libxml2-dev",
+    "libffi-dev",
+    "libncurses-dev",
+    "zlib1g-dev",
+    "libzstd-dev",
+];
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn apt_install(pkgs: &[&str], updated: &mut bool) -> Result<()> {
+    let missing: Vec<&str> = pkgs.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: apt-get install {}", missing.join(" "));
+    if !*updated {
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        *updated = true;
+    }
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// LLVM major version of Debian's rustc (bpf-linker must use the same LLVM).
+pub fn llvm_major() -> Result<String> {
+    let vv = output(Command::new("/usr/bin/rustc").arg("-vV"))?;
+    vv.lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .map(str::to_string)
+        .context("cannot read the LLVM version of /usr/bin/rustc")
+}
+
+/// Where `cargo install` puts binaries.
+pub fn cargo_bin() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"))
+        .join("bin")
+}
+
+/// Path of the bpf-linker binary.
+pub fn bpf_linker() -> PathBuf {
+    cargo_bin().join("bpf-linker")
+}
+
+fn linker_ok(llvm: &str) -> bool {
+    let marker = cargo_bin().join(format!(".bpf-linker-llvm-{llvm}"));
+    let version = Command::new(bpf_linker())
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).trim() == format!("bpf-linker {BPF_LINKER_VERSION}")
+        })
+        .unwrap_or(false);
+    version && marker.exists()
+}
+
+fn install_linker(llvm: &str, updated: &mut bool) -> Result<()> {
+    if !matches!(llvm, "21" | "22" | "23") {
+        bail!(
+            "bpf-linker {BPF_LINKER_VERSION} supports LLVM 21-23; Debian's rustc uses LLVM {llvm}"
+        );
+    }
+    let dev = format!("llvm-{llvm}-dev");
+    let mut pkgs = vec![dev.as_str()];
+    pkgs.extend_from_slice(LINKER_BUILD_PACKAGES);
+    apt_install(&pkgs, updated)?;
+    eprintln!("setup: cargo install bpf-linker {BPF_LINKER_VERSION} (LLVM {llvm}), about a minute");
+    let path = format!(
+        "/usr/lib/llvm-{llvm}/bin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(Command::new("cargo")
+        .args([
+            "install",
+            "bpf-linker",
+            "--version",
+            BPF_LINKER_VERSION,
+            "--locked",
+            "--force",
+        ])
+        .args([
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{llvm}"),
+        ])
+        .env("PATH", path))?;
+    std::fs::write(cargo_bin().join(format!(".bpf-linker-llvm-{llvm}")), b"")?;
+    Ok(())
+}
+
+fn is_bpffs(path: &str) -> bool {
+    Command::new("stat")
+        .args(["-f", "-c", "%T", path])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "bpf_fs")
+        .unwrap_or(false)
+}
+
+/// Installs what is missing; prints nothing when nothing is.
+pub fn setup() -> Result<()> {
+    if euid() != 0 {
+        bail!("setup installs packages and mounts bpffs: run it as root");
+    }
+    let mut updated = false;
+    apt_install(PACKAGES, &mut updated)?;
+    let llvm = llvm_major()?;
+    if !linker_ok(&llvm) {
+        install_linker(&llvm, &mut updated)?;
+    }
+    if !is_bpffs("/sys/fs/bpf") {
+        eprintln!("setup: mount -t bpf bpf /sys/fs/bpf");
+        std::fs::create_dir_all("/sys/fs/bpf")?;
+        run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))?;
+    }
+    Ok(())
+}
+
+fn euid() -> u32 {
+    output(Command::new("id").arg("-u"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(u32::MAX)
+}
