@@ -3,6 +3,7 @@
 //! Data flows one way: `config` -> `health` -> `selection` -> `network` (XDP maps).
 
 pub mod config;
+pub mod daemon;
 pub mod health;
 pub mod network;
 pub mod selection;

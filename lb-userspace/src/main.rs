@@ -92,12 +92,18 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Load(t) => {
             let (mut dp, cfg) = load(&t)?;
-            apply(&mut dp, &cfg)
+            apply(&mut dp, &cfg)?;
+            // No daemon keeps health current after a one-shot load.
+            if let Some(dir) = dp.pin_dir() {
+                let _ = std::fs::remove_file(lb::daemon::report_path(dir));
+            }
+            Ok(())
         }
         Command::Run(t) => daemon(&t),
         Command::Unload { ifaces, pin_dir } => {
             for iface in &ifaces {
                 if network::detach(&pin_dir, iface)? {
+                    let _ = std::fs::remove_file(lb::daemon::report_path(&pin_dir));
                     println!("detached from {iface}; program unloaded");
                 } else {
                     println!("detached from {iface}");
@@ -151,7 +157,7 @@ fn load(t: &Target) -> Result<(DataPath, Config)> {
         }
     }
     // Plan before touching the kernel: an unsupported vService fails here.
-    network::plan(&cfg, &HashSet::new())?;
+    network::plan(&cfg, &|_| lb::selection::Health::Ok)?;
     let mode = match t.mode {
         Some(Mode::Drv) => XdpMode::Driver,
         Some(Mode::Skb) => XdpMode::Skb,
@@ -197,33 +203,8 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
 }
 
 fn daemon(t: &Target) -> Result<()> {
-    let (mut dp, cfg) = load(t)?;
-    apply(&mut dp, &cfg)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        info!("running; SIGHUP reloads {}", t.config.display());
-        loop {
-            tokio::select! {
-                _ = hup.recv() => match read_config(&t.config) {
-                    Ok(cfg) => match apply(&mut dp, &cfg) {
-                        Ok(()) => info!("reloaded"),
-                        Err(e) => warn!("reload failed, previous state kept where possible: {e:#}"),
-                    },
-                    Err(e) => warn!("reload rejected, running config kept: {e:#}"),
-                },
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-            }
-        }
-        info!("exiting; the data path stays attached");
-        Ok(())
-    })
+    let (dp, cfg) = load(t)?;
+    lb::daemon::run(dp, cfg, t.config.clone())
 }
 
 fn status(pin_dir: &Path, json: bool) -> Result<()> {
@@ -238,16 +219,34 @@ fn status(pin_dir: &Path, json: bool) -> Result<()> {
     let dp = DataPath::load(&object, &opts)?;
     let st = dp.status()?;
     let ifaces = network::attached_interfaces(pin_dir);
+    let report = lb::daemon::read_report(pin_dir);
     if json {
-        let v = serde_json::json!({ "interfaces": ifaces, "vips": st.vips, "global": st.global.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>() });
+        let mut vips = serde_json::to_value(&st.vips)?;
+        for vip in vips.as_array_mut().into_iter().flatten() {
+            for b in vip["backends"].as_array_mut().into_iter().flatten() {
+                let name = b["name"].as_str().unwrap_or_default().to_string();
+                b["health"] =
+                    health_of(report.as_ref(), &name).map_or(serde_json::Value::Null, Into::into);
+            }
+        }
+        let global: std::collections::BTreeMap<String, u64> =
+            st.global.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let v = serde_json::json!({ "interfaces": ifaces, "vips": vips, "global": global, "health": report });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_status(&st, &ifaces);
+        print_status(&st, &ifaces, report.as_ref());
     }
     Ok(())
 }
 
-fn print_status(st: &Status, ifaces: &[String]) {
+/// The engine's decision for a Backend Service, when a daemon reported one.
+fn health_of(report: Option<&lb::daemon::HealthReport>, name: &str) -> Option<String> {
+    report
+        .and_then(|r| r.services.get(name))
+        .map(|s| s.state.clone())
+}
+
+fn print_status(st: &Status, ifaces: &[String], report: Option<&lb::daemon::HealthReport>) {
     println!(
         "attached to: {}",
         if ifaces.is_empty() {
@@ -278,11 +277,12 @@ fn print_status(st: &Status, ifaces: &[String]) {
         );
         for b in &v.backends {
             println!(
-                "  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}",
+                "  {:<20} {:<21} {:>6} {:<9} {:<9} {:>10} {:>12} {:>9}",
                 b.name,
                 format!("{}:{}", b.address, b.port),
                 b.weight,
-                if b.active { "up" } else { "removed" },
+                health_of(report, &b.name).unwrap_or_else(|| "-".into()),
+                if b.active { "active" } else { "removed" },
                 b.counters.packets,
                 b.counters.bytes,
                 b.counters.new_flows
@@ -292,4 +292,11 @@ fn print_status(st: &Status, ifaces: &[String]) {
     println!();
     let line: Vec<String> = st.global.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("global: {}", line.join(" "));
+    if let Some(r) = report {
+        let servers: Vec<String> = r.servers.iter().map(|(a, s)| format!("{a}={s}")).collect();
+        println!("servers: {}", servers.join(" "));
+        if let Some(e) = &r.network_error {
+            println!("last map write failed: {e}");
+        }
+    }
 }

@@ -4,11 +4,13 @@ mod loader;
 pub mod maglev;
 mod maps;
 mod plan;
+mod reflect;
 mod state;
 mod status;
 mod writer;
 
 pub use loader::{DataPath, LoadOptions, attached_interfaces, detach, object_path, read_object};
 pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
+pub use reflect::{NetworkReflector, NetworkStatus};
 pub use status::{BackendStatus, Status, VipStatus};
 pub use writer::{apply, apply_plan};

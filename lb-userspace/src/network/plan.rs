@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use anyhow::{Result, bail};
 
 use crate::config::{Config, Forwarding, PortSpec, VServiceKind};
+use crate::selection::{Health, Model};
 
 /// One Network vService as the data path sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,15 +38,8 @@ pub struct BackendPlan {
     pub port: u16,
     /// Maglev weight; 0 drains (flows stay, no new ones).
     pub weight: u32,
-    /// False when removed for failure: its flows re-hash.
+    /// False when it may not keep flows (failed, Preparing): its flows re-hash.
     pub active: bool,
-}
-
-impl VipPlan {
-    /// True for VIPs where health is not reflected (S-RF4: ANY-L3 and Port Range).
-    pub fn ignores_health(&self) -> bool {
-        self.proto == 0 || self.ports.0 != self.ports.1
-    }
 }
 
 fn v4(addr: IpAddr, what: &str) -> Result<Ipv4Addr> {
@@ -55,10 +49,13 @@ fn v4(addr: IpAddr, what: &str) -> Result<Ipv4Addr> {
     }
 }
 
-/// Builds the plan of every Network vService. `down` names Backend Services that failed
-/// their health checks; they are kept as inactive slots (their flows re-hash), except on
-/// ANY-L3 and Port Range VIPs, which ignore health (S-RF4).
-pub fn plan(cfg: &Config, down: &HashSet<String>) -> Result<Vec<VipPlan>> {
+/// Builds the plan of every Network vService from the selection model, with `health`
+/// giving each Backend Service's state as Network traffic sees it. Eligible members are
+/// active with their weight; drained ones (weight 0, or kept out by Backup/Maintenance
+/// when `apply_admin_state` is on) stay active with weight 0, so their flows continue;
+/// Preparing and Error members are inactive, so their flows re-hash.
+pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan>> {
+    let model = Model::from_config(cfg);
     let mut out = Vec::new();
     for vs in cfg.vservices.iter().filter(|v| v.kind.is_network()) {
         let (proto, ports) = match (vs.kind, vs.ports) {
@@ -68,6 +65,7 @@ pub fn plan(cfg: &Config, down: &HashSet<String>) -> Result<Vec<VipPlan>> {
             (VServiceKind::UdpL4, PortSpec::Single(p)) => (17, (p, p)),
             (VServiceKind::UdpL4, PortSpec::Range(a, b)) => (17, (a, b)),
         };
+        let selection = model.select(&vs.name, health)?;
         let mut vip = VipPlan {
             name: vs.name.clone(),
             address: v4(vs.address, &format!("vservice {}", vs.name))?,
@@ -77,7 +75,6 @@ pub fn plan(cfg: &Config, down: &HashSet<String>) -> Result<Vec<VipPlan>> {
             table_size: vs.maglev_size,
             backends: Vec::new(),
         };
-        let ignore_health = vip.ignores_health();
         let mut seen = HashSet::new();
         for member in &vs.backends {
             let names: Vec<&str> = match cfg.backend_groups.iter().find(|g| &g.name == member) {
@@ -88,15 +85,19 @@ pub fn plan(cfg: &Config, down: &HashSet<String>) -> Result<Vec<VipPlan>> {
                 if !seen.insert(name) {
                     continue;
                 }
-                let Some(svc) = cfg.backend_services.iter().find(|b| b.name == name) else {
+                let Some(svc) = model.service(name) else {
                     bail!("vservice {}: unknown backend service {name}", vs.name);
+                };
+                let (active, weight) = match selection.eligible.iter().find(|e| e.name == name) {
+                    Some(e) => (true, e.weight),
+                    None => (selection.drained.iter().any(|d| d == name), 0),
                 };
                 vip.backends.push(BackendPlan {
                     name: svc.name.clone(),
                     address: v4(svc.address, &format!("backend service {}", svc.name))?,
                     port: svc.port,
-                    weight: svc.weight,
-                    active: ignore_health || !down.contains(&svc.name),
+                    weight,
+                    active,
                 });
             }
         }

@@ -23,15 +23,23 @@ use super::maps::Maps;
 use super::plan::{VipPlan, plan, range_prefixes};
 use super::state::{SlotState, State, VipState};
 use crate::config::Config;
+use crate::selection::Health;
 
 fn addr_words(a: Ipv4Addr) -> [u32; 4] {
     [u32::from_ne_bytes(a.octets()), 0, 0, 0]
 }
 
-/// Writes the config's Network vServices; `down` names failed Backend Services.
+/// Writes the config's Network vServices; `down` names failed Backend Services (every
+/// other one counts as OK). Used where no health engine runs (`lb load`, fixtures).
 pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<()> {
-    let vips = plan(cfg, down)?;
-    apply_plan(dp, &vips)
+    let health = |name: &str| {
+        if down.contains(name) {
+            Health::Error
+        } else {
+            Health::Ok
+        }
+    };
+    apply_plan(dp, &plan(cfg, &health)?)
 }
 
 /// Writes `vips` into the maps, replacing whatever was written before.

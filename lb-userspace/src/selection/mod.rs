@@ -5,10 +5,12 @@
 
 mod model;
 mod server;
+mod snapshot;
 mod types;
 
 pub use model::{Model, SelectionError};
 pub use server::{ServerState, server_state};
+pub use snapshot::{Published, Selections};
 pub use types::{ApplyAdmin, ApplyHealth, Eligible, Health, ListSelection, Policy, Tier};
 
 #[cfg(test)]

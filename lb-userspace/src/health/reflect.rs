@@ -1,0 +1,180 @@
+//! Reflecting health decisions into traffic (S-RF): what a kind of traffic sees is the
+//! engine's decisions, taken over on periodic ticks.
+//!
+//! The SPEC gives each kind of traffic a bound ("within at most 2.5 s" for HTTP and L7 TCP,
+//! "about 9 s" for a Network removal and "5 s" for a re-add). A tick of that period applies
+//! every decision made since the previous tick, so each decision reaches traffic after a
+//! delay between 0 and the period, never more: the end-to-end figures of S-RF3 (decision
+//! time plus this delay) follow. A period of 0 applies decisions at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
+
+use super::engine::{HealthEngine, HealthSnapshot};
+use super::state::HealthState;
+use crate::selection::Health;
+
+/// How often decisions are taken over: failures and recoveries separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cadence {
+    /// Period of the tick that applies Error decisions (0: at once).
+    pub down_every: Duration,
+    /// Period of the tick that applies OK decisions (0: at once).
+    pub up_every: Duration,
+}
+
+/// Per-service health as one kind of traffic sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    states: HashMap<String, Health>,
+}
+
+fn decided(state: HealthState) -> Health {
+    match state {
+        HealthState::Preparing => Health::Preparing,
+        HealthState::Ok => Health::Ok,
+        HealthState::Error => Health::Error,
+    }
+}
+
+impl View {
+    /// A view that starts from known states (e.g. what the XDP maps held before a restart).
+    pub fn from_states(states: HashMap<String, Health>) -> View {
+        View { states }
+    }
+
+    /// The state traffic sees; a service the view does not know is Preparing.
+    pub fn get(&self, service: &str) -> Health {
+        self.states
+            .get(service)
+            .copied()
+            .unwrap_or(Health::Preparing)
+    }
+
+    /// Every service and its state.
+    pub fn states(&self) -> &HashMap<String, Health> {
+        &self.states
+    }
+
+    /// Takes over what needs no decision: services without a check are OK at once (S-HC6),
+    /// new checked services start Preparing (S-HC5), services gone from the engine leave.
+    /// A service the view already knows keeps its state while the engine has not decided.
+    fn admit(&mut self, engine: &HealthSnapshot) -> bool {
+        let before = self.states.len();
+        self.states
+            .retain(|name, _| engine.services.contains_key(name));
+        let mut changed = self.states.len() != before;
+        for (name, h) in &engine.services {
+            let entry = self.states.entry(name.clone());
+            if !h.checked {
+                let slot = entry.or_insert(Health::Ok);
+                changed |= *slot != Health::Ok;
+                *slot = Health::Ok;
+            } else if let std::collections::hash_map::Entry::Vacant(v) = entry {
+                v.insert(Health::Preparing);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Applies the engine's decisions towards `to` (Error: failures; Ok: recoveries).
+    fn take(&mut self, engine: &HealthSnapshot, to: Health) -> bool {
+        let mut changed = false;
+        for (name, h) in &engine.services {
+            if !h.checked || decided(h.state) != to {
+                continue;
+            }
+            if let Some(slot) = self.states.get_mut(name).filter(|s| **s != to) {
+                *slot = to;
+                changed = true;
+            }
+        }
+        changed
+    }
+}
+
+/// A tick of `period`, or none when the period is 0 (then decisions apply at once).
+fn ticker(period: Duration) -> Option<tokio::time::Interval> {
+    if period.is_zero() {
+        return None;
+    }
+    let mut t = interval_at(Instant::now() + period, period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    Some(t)
+}
+
+async fn tick(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps `view` in step with `engine` at `cadence`, calling `on_change` with every new
+/// view, and also whenever `reload` changes (the caller's configuration changed). Returns
+/// when `stop` becomes true or is dropped.
+pub async fn reflect(
+    engine: Arc<HealthEngine>,
+    cadence: Cadence,
+    mut view: View,
+    mut reload: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+    mut on_change: impl FnMut(&View),
+) {
+    let mut changes = engine.subscribe();
+    let mut down = ticker(cadence.down_every);
+    let mut up = ticker(cadence.up_every);
+    let sync_now = |view: &mut View, snap: &HealthSnapshot| {
+        let mut changed = view.admit(snap);
+        if cadence.down_every.is_zero() {
+            changed |= view.take(snap, Health::Error);
+        }
+        if cadence.up_every.is_zero() {
+            changed |= view.take(snap, Health::Ok);
+        }
+        changed
+    };
+    sync_now(&mut view, &engine.snapshot());
+    on_change(&view);
+    loop {
+        tokio::select! {
+            r = changes.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                if sync_now(&mut view, &engine.snapshot()) {
+                    on_change(&view);
+                }
+            }
+            r = reload.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                sync_now(&mut view, &engine.snapshot());
+                on_change(&view);
+            }
+            _ = tick(&mut down) => {
+                if view.take(&engine.snapshot(), Health::Error) {
+                    on_change(&view);
+                }
+            }
+            _ = tick(&mut up) => {
+                if view.take(&engine.snapshot(), Health::Ok) {
+                    on_change(&view);
+                }
+            }
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Network vServices follow health on their own cadence (S-RF2): removals reach the XDP
+//! maps within `network_remove_delay` (default 9 s) of the decision, re-adds within
+//! `network_add_delay` (default 5 s). ANY-L3 and Port Range VIPs ignore health (S-RF4,
+//! decided by the selection model).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::loader::DataPath;
+use super::plan::plan;
+use super::writer::apply_plan;
+use crate::config::Config;
+use crate::health::{Cadence, HealthEngine, View, reflect};
+use crate::selection::Health;
+
+/// The task that owns the data path while the daemon runs and rewrites its maps whenever
+/// the Network view of health or the configuration changes.
+pub struct NetworkReflector {
+    config: Arc<ArcSwap<Config>>,
+    status: NetworkStatus,
+    reload: watch::Sender<u64>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// What the reflector last did, readable from other tasks.
+#[derive(Clone)]
+pub struct NetworkStatus {
+    view: Arc<ArcSwap<View>>,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl NetworkStatus {
+    /// The health states Network traffic currently follows.
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// The last failure to write the maps, if the last attempt failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// What the maps held before this process: backends active in a slot were OK, the others
+/// were not. A restarted daemon starts from it, so adopting never drops a working backend.
+fn initial_view(dp: &DataPath) -> View {
+    let mut states = HashMap::new();
+    for vip in &dp.state.vips {
+        for b in &vip.backends {
+            let h = if b.active { Health::Ok } else { Health::Error };
+            states.entry(b.name.clone()).or_insert(h);
+        }
+    }
+    View::from_states(states)
+}
+
+impl NetworkReflector {
+    /// Starts reflecting; the maps are written once at once. Must run in a Tokio runtime.
+    pub fn start(mut dp: DataPath, cfg: Arc<Config>, engine: Arc<HealthEngine>) -> Self {
+        let cadence = Cadence {
+            down_every: cfg.reflection.network_remove_delay,
+            up_every: cfg.reflection.network_add_delay,
+        };
+        let view0 = initial_view(&dp);
+        let config = Arc::new(ArcSwap::new(cfg));
+        let view = Arc::new(ArcSwap::from_pointee(view0.clone()));
+        let last_error = Arc::new(Mutex::new(None));
+        let (reload, reload_rx) = watch::channel(0u64);
+        let (stop, stop_rx) = watch::channel(false);
+        let task = {
+            let (config, view, last_error) = (config.clone(), view.clone(), last_error.clone());
+            tokio::spawn(async move {
+                reflect(engine, cadence, view0, reload_rx, stop_rx, |v: &View| {
+                    view.store(Arc::new(v.clone()));
+                    let cfg = config.load();
+                    let result =
+                        plan(&cfg, &|name| v.get(name)).and_then(|vips| apply_plan(&mut dp, &vips));
+                    let mut slot = last_error.lock().unwrap_or_else(PoisonError::into_inner);
+                    match result {
+                        Ok(()) => {
+                            if slot.take().is_some() {
+                                info!("Network vServices written again");
+                            }
+                        }
+                        Err(e) => {
+                            warn!("writing the Network vServices failed: {e:#}");
+                            *slot = Some(format!("{e:#}"));
+                        }
+                    }
+                })
+                .await;
+            })
+        };
+        NetworkReflector {
+            config,
+            status: NetworkStatus { view, last_error },
+            reload,
+            stop,
+            task,
+        }
+    }
+
+    /// Applies a new configuration (reload); health states carry over.
+    pub fn update(&self, cfg: Arc<Config>) {
+        self.config.store(cfg);
+        self.reload.send_modify(|g| *g += 1);
+    }
+
+    /// A handle on the reflector's view and last error.
+    pub fn status(&self) -> NetworkStatus {
+        self.status.clone()
+    }
+
+    /// Stops the task; the program and maps stay as written.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}

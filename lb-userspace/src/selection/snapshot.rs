@@ -1,0 +1,54 @@
+//! The published result of selection for every list: what HTTP and L7 TCP vServices read
+//! on each request, without a lock (an `ArcSwap` swapped whole on every change).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::model::Model;
+use super::types::{Health, ListSelection};
+use crate::config::Config;
+
+/// Selection of every vService's Default list, from one consistent view of health.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selections {
+    /// By vService name.
+    pub lists: HashMap<String, ListSelection>,
+}
+
+impl Selections {
+    /// Evaluates every vService of `cfg` against `health`.
+    pub fn compute(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Selections {
+        let model = Model::from_config(cfg);
+        let lists = cfg
+            .vservices
+            .iter()
+            .filter_map(|vs| {
+                model
+                    .select(&vs.name, health)
+                    .ok()
+                    .map(|sel| (vs.name.clone(), sel))
+            })
+            .collect();
+        Selections { lists }
+    }
+}
+
+/// The lock-free holder readers share.
+#[derive(Debug, Default)]
+pub struct Published {
+    inner: ArcSwap<Selections>,
+}
+
+impl Published {
+    /// The current selections (a cheap reference-counted load, no lock).
+    pub fn load(&self) -> Arc<Selections> {
+        self.inner.load_full()
+    }
+
+    /// Replaces the selections readers see.
+    pub fn store(&self, selections: Selections) {
+        self.inner.store(Arc::new(selections));
+    }
+}
