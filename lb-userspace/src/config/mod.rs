@@ -92,6 +92,8 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
         backend_services: backends.services,
         backend_groups: backends.groups,
         vservices,
+        api: ApiSettings::default(),
+        cluster: None,
     })
 }
 

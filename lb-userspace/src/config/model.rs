@@ -3,7 +3,7 @@
 //! Everything here has already passed validation (names unique, references resolved,
 //! ranges ordered, S-HC4 adjustments applied), so consumers never re-check it.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,6 +22,48 @@ pub struct Config {
     pub backend_groups: Vec<BackendGroup>,
     /// vServices, by unique name.
     pub vservices: Vec<VService>,
+    /// The REST API, Live Stats page and metrics listener.
+    pub api: ApiSettings,
+    /// Cluster peers (S-CL); none when clustering is off.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// Where the REST API, the Live Stats page and /metrics listen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiSettings {
+    /// Listen address. Default 127.0.0.1:9180. Binding a non-loopback address requires a token.
+    pub listen: SocketAddr,
+    /// Bearer token; required on every request when set (compared in constant time).
+    pub token: Option<String>,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9180)),
+            token: None,
+        }
+    }
+}
+
+/// Cluster synchronisation of configuration changes (S-CL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSettings {
+    /// Peers, by their API base URL (e.g. `http://10.0.0.2:9180`).
+    pub peers: Vec<ClusterPeer>,
+    /// Manual Sync Mode: changes reach peers only on Synchronize (S-CL2). Default false.
+    pub manual_sync: bool,
+}
+
+/// One cluster peer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterPeer {
+    /// Unique name.
+    pub name: String,
+    /// API base URL of the peer, `http://host:port`.
+    pub url: String,
+    /// Token the peer's API requires (default: this node's own API token).
+    pub token: Option<String>,
 }
 
 /// How the XDP program is attached and sized.
@@ -162,13 +204,166 @@ pub struct VService {
     pub ports: PortSpec,
     /// Network vServices: forwarding mode.
     pub forwarding: Forwarding,
-    /// Network vServices: Maglev table size (prime).
+    /// Network vServices: Maglev table size (prime). Unused by L7 vServices.
     pub maglev_size: u32,
     /// The Default list: Backend Service or Group names in order. A member whose
     /// Backup flag is on is a backup of this list.
     pub backends: Vec<String>,
     /// Network vServices: apply Backup and Maintenance (off by default, S-BK10, S-MT7).
     pub apply_admin_state: bool,
+    /// HTTP and L7 TCP vServices: proxy settings (None for Network vServices).
+    pub l7: Option<L7Settings>,
+}
+
+/// Settings of an HTTP or L7 TCP vService.
+#[derive(Clone, Debug, PartialEq)]
+pub struct L7Settings {
+    /// How a backend is chosen among the eligible ones. Default round robin.
+    pub algorithm: Algorithm,
+    /// Persistence of clients to backends. Default none.
+    pub persistence: Persistence,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// Requests (HTTP) or connections (L7 TCP) that may wait per backend at its connection
+    /// limit; a full queue or a queue timeout answers 503 / closes. Default 1024.
+    pub queue_size: usize,
+    /// HTTP only: TLS towards clients (HTTP/1.1 and HTTP/2 by ALPN). None: plain (HTTP/1.1
+    /// and h2c).
+    pub tls: Option<TlsSettings>,
+    /// HTTP only: body of the 503 answer when nothing can serve (file contents, read at load);
+    /// None: a built-in plain page.
+    pub error_page: Option<String>,
+    /// HTTP only: add X-Forwarded-For and X-Forwarded-Proto. Default true.
+    pub forwarded_headers: bool,
+    /// HTTP only: Conditional Backend Services sets, in order; first match wins, else the
+    /// Default list (`VService::backends`).
+    pub conditional_sets: Vec<ConditionalSet>,
+}
+
+/// Backend choice algorithm of an L7 vService.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Each eligible backend in turn.
+    RoundRobin,
+    /// In turn, in proportion to weights (smooth weighted round robin).
+    WeightedRoundRobin,
+    /// Fewest open connections.
+    LeastConnections,
+    /// Fewest open connections relative to weight.
+    WeightedLeastConnections,
+    /// Hash of the client's source address.
+    SourceIpHash,
+    /// The first eligible backend in list order until its connection limit, then the next.
+    First,
+    /// Random, in proportion to weights.
+    WeightedRandom,
+}
+
+/// Persistence (session affinity) of an L7 vService.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Persistence {
+    /// None.
+    None,
+    /// HTTP only: an inserted cookie naming the backend.
+    Cookie(CookiePersistence),
+    /// The client's source address is pinned to a backend until idle for `idle`.
+    SourceIp {
+        /// Idle expiry. Default 30 min.
+        idle: Duration,
+    },
+}
+
+/// The inserted persistence cookie.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CookiePersistence {
+    /// Cookie name. Default `LBSERVER`.
+    pub name: String,
+    /// HttpOnly attribute. Default true.
+    pub http_only: bool,
+    /// Secure attribute. Default false.
+    pub secure: bool,
+    /// SameSite attribute. Default Lax.
+    pub same_site: SameSite,
+}
+
+/// SameSite attribute of the persistence cookie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None`.
+    None,
+}
+
+/// Timeouts of an L7 vService.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting to a backend. Default 5 s.
+    pub connect: Duration,
+    /// Client inactivity: headers must arrive, and a client may stay idle, this long
+    /// (cuts slowloris). Default 30 s.
+    pub client: Duration,
+    /// Backend inactivity while a response is awaited or streamed. Default 30 s.
+    pub server: Duration,
+    /// Waiting in a backend's queue at its connection limit. Default 5 s.
+    pub queue: Duration,
+    /// Idle keep-alive connections (client side and pooled upstream). Default 60 s.
+    pub keep_alive: Duration,
+}
+
+/// TLS certificate and key (PEM files).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsSettings {
+    /// Certificate chain, PEM.
+    pub cert: PathBuf,
+    /// Private key, PEM.
+    pub key: PathBuf,
+}
+
+/// One Conditional Backend Services set of an HTTP vService.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionalSet {
+    /// Unique within its vService.
+    pub name: String,
+    /// All must match (AND); at least one.
+    pub conditions: Vec<Condition>,
+    /// The set's own list (mains and backups by their Backup flag, S-BK6).
+    pub backends: Vec<String>,
+}
+
+/// One condition of a Conditional set.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Condition {
+    /// The Host header (without port), case-insensitive.
+    Host(StrMatch),
+    /// The request path (without query).
+    Path(StrMatch),
+    /// A request header's value (name case-insensitive); absent header never matches.
+    Header {
+        /// Header name.
+        name: String,
+        /// How its value must match.
+        value: StrMatch,
+    },
+    /// One of these methods (upper case).
+    Method(Vec<String>),
+    /// The client's source address is in one of these networks (`addr/len`).
+    SourceCidr(Vec<(IpAddr, u8)>),
+}
+
+/// How a string must match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StrMatch {
+    /// Equal.
+    Exact(String),
+    /// Starts with.
+    Prefix(String),
+    /// Ends with.
+    Suffix(String),
+    /// Matches this regular expression (validated at load).
+    Regex(String),
 }
 
 /// Kind of a vService.
@@ -180,6 +375,10 @@ pub enum VServiceKind {
     UdpL4,
     /// Network vService, every protocol to the VIP.
     AnyL3,
+    /// HTTP vService (L7): a backend per request.
+    Http,
+    /// L7 TCP vService: the proxy opens its own connection to a backend.
+    L7Tcp,
 }
 
 impl VServiceKind {

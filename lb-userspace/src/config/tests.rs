@@ -196,6 +196,7 @@ fn full_config_round_trips_into_the_model() {
                 maglev_size: 65537,
                 backends: vec!["a".into(), "g".into()],
                 apply_admin_state: false,
+                l7: None,
             },
             VService {
                 name: "v2".into(),
@@ -206,6 +207,7 @@ fn full_config_round_trips_into_the_model() {
                 maglev_size: 251,
                 backends: vec!["b".into()],
                 apply_admin_state: true,
+                l7: None,
             },
             VService {
                 name: "v3".into(),
@@ -216,8 +218,11 @@ fn full_config_round_trips_into_the_model() {
                 maglev_size: 65537,
                 backends: vec!["b".into()],
                 apply_admin_state: false,
+                l7: None,
             },
         ],
+        api: ApiSettings::default(),
+        cluster: None,
     };
     assert_eq!(config, expected);
 }

@@ -91,6 +91,7 @@ fn convert(
         maglev_size,
         backends,
         apply_admin_state: raw.apply_admin_state,
+        l7: None,
     };
     let (_, span, field) = ports?;
     let listener = Listener {

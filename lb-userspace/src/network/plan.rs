@@ -64,6 +64,7 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
             (VServiceKind::TcpL4, PortSpec::Range(a, b)) => (6, (a, b)),
             (VServiceKind::UdpL4, PortSpec::Single(p)) => (17, (p, p)),
             (VServiceKind::UdpL4, PortSpec::Range(a, b)) => (17, (a, b)),
+            (VServiceKind::Http | VServiceKind::L7Tcp, _) => continue,
         };
         let selection = model.select(&vs.name, health)?;
         let mut vip = VipPlan {

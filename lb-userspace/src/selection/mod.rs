@@ -10,7 +10,7 @@ mod types;
 
 pub use model::{Model, SelectionError};
 pub use server::{ServerState, server_state};
-pub use snapshot::{Published, Selections};
+pub use snapshot::{Published, Selections, VsSelection};
 pub use types::{ApplyAdmin, ApplyHealth, Eligible, Health, ListSelection, Policy, Tier};
 
 #[cfg(test)]

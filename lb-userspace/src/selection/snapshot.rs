@@ -7,14 +7,23 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::model::Model;
-use super::types::{Health, ListSelection};
+use super::types::{Health, ListSelection, Policy};
 use crate::config::Config;
 
-/// Selection of every vService's Default list, from one consistent view of health.
+/// Selection of every list of every vService, from one consistent view of health.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selections {
     /// By vService name.
-    pub lists: HashMap<String, ListSelection>,
+    pub lists: HashMap<String, VsSelection>,
+}
+
+/// The lists of one vService.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VsSelection {
+    /// The Default list.
+    pub default: ListSelection,
+    /// Each Conditional set's own list, in configuration order (S-BK6: its own backups).
+    pub sets: Vec<(String, ListSelection)>,
 }
 
 impl Selections {

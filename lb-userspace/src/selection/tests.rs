@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{
-    AttachMode, BackendGroup, BackendService, Config, Forwarding, PortSpec, ReflectionSettings,
-    VService, VServiceKind, XdpSettings,
+    ApiSettings, AttachMode, BackendGroup, BackendService, Config, Forwarding, PortSpec,
+    ReflectionSettings, VService, VServiceKind, XdpSettings,
 };
 
 /// Builds a Backend Service from a compact spec: `"name"` plus flags
@@ -69,6 +69,7 @@ fn vservice(
         maglev_size: 251,
         backends: list.iter().map(|s| (*s).to_owned()).collect(),
         apply_admin_state: admin,
+        l7: None,
     }
 }
 
@@ -89,6 +90,8 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         backend_services: services.iter().map(|s| svc(s)).collect(),
         backend_groups: groups.iter().map(|g| group(g)).collect(),
         vservices,
+        api: ApiSettings::default(),
+        cluster: None,
     }
 }
 
