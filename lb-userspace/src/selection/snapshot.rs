@@ -30,16 +30,22 @@ impl Selections {
     /// Evaluates every vService of `cfg` against `health`.
     pub fn compute(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Selections {
         let model = Model::from_config(cfg);
-        let lists = cfg
-            .vservices
-            .iter()
-            .filter_map(|vs| {
-                model
-                    .select(&vs.name, health)
-                    .ok()
-                    .map(|sel| (vs.name.clone(), sel))
-            })
-            .collect();
+        let mut lists = HashMap::new();
+        for vs in &cfg.vservices {
+            let Ok(default) = model.select(&vs.name, health) else {
+                continue;
+            };
+            let sets = vs
+                .l7
+                .iter()
+                .flat_map(|l7| &l7.conditional_sets)
+                .map(|set| {
+                    let sel = model.select_list(&set.backends, health, Policy::FULL);
+                    (set.name.clone(), sel)
+                })
+                .collect();
+            lists.insert(vs.name.clone(), VsSelection { default, sets });
+        }
         Selections { lists }
     }
 }
