@@ -16,4 +16,5 @@ pub mod topology;
 pub use client::{HeldConn, Reply, tcp_ask, udp_ask};
 pub use lbctl::{Daemon, find_counter, require_data_path};
 pub use ns::Netns;
+pub use servers::ServerStop;
 pub use topology::{BackendHost, CLIENT_ADDR, Topology, TopologyOptions, backend_addr};

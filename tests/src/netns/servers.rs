@@ -37,11 +37,21 @@ pub struct Servers {
 impl Servers {
     /// Starts a TCP server named `name` on `0.0.0.0:port` inside `ns`; returns once it listens.
     pub fn spawn_tcp(&self, ns: &Netns, name: &str, port: u16) -> Result<()> {
+        self.spawn_tcp_stoppable(ns, name, port).map(drop)
+    }
+
+    /// Like [`Servers::spawn_tcp`], and returns a handle that closes this one listener on its
+    /// own (its port then refuses new connections with RST, like a stopped server process),
+    /// while the other servers keep running. Dropping the handle leaves the server running.
+    pub fn spawn_tcp_stoppable(&self, ns: &Netns, name: &str, port: u16) -> Result<ServerStop> {
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (closed_tx, closed_rx) = mpsc::channel();
+        let own = Arc::new(AtomicBool::new(false));
         let path = ns.path();
         let name = name.to_owned();
         let stop = self.stop.clone();
         let threads = self.threads.clone();
+        let own_flag = own.clone();
         let handle = std::thread::spawn(move || {
             let listener = enter_path(&path).and_then(|()| {
                 let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
@@ -51,7 +61,10 @@ impl Servers {
             match listener {
                 Ok(l) => {
                     let _ = ready_tx.send(Ok(()));
-                    accept_loop(&l, &name, port, &stop, &threads);
+                    accept_loop(&l, &name, port, &stop, &own_flag, &threads);
+                    drop(l);
+                    // The handle may be gone (never closed explicitly); nothing to do then.
+                    let _ = closed_tx.send(());
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -59,7 +72,12 @@ impl Servers {
             }
         });
         self.push(handle);
-        wait_ready(&ready_rx, "tcp", ns.name(), port)
+        wait_ready(&ready_rx, "tcp", ns.name(), port)?;
+        Ok(ServerStop {
+            own,
+            closed: closed_rx,
+            what: format!("tcp server {}:{port}", ns.name()),
+        })
     }
 
     /// Starts a UDP server named `name` on `0.0.0.0:port` inside `ns`; returns once bound.
@@ -109,6 +127,25 @@ impl Servers {
     }
 }
 
+/// Closes one TCP listener started by [`Servers::spawn_tcp_stoppable`].
+#[derive(Debug)]
+pub struct ServerStop {
+    own: Arc<AtomicBool>,
+    closed: mpsc::Receiver<()>,
+    what: String,
+}
+
+impl ServerStop {
+    /// Stops accepting and waits (at most 2 s) until the listening socket is closed, so the
+    /// port refuses connections when this returns. Accepted connections are not cut.
+    pub fn close(self) -> Result<()> {
+        self.own.store(true, Ordering::SeqCst);
+        self.closed
+            .recv_timeout(Duration::from_secs(2))
+            .map_err(|_| anyhow!("{} did not close within 2 s", self.what))
+    }
+}
+
 impl Drop for Servers {
     fn drop(&mut self) {
         self.stop();
@@ -130,10 +167,11 @@ fn accept_loop(
     name: &str,
     port: u16,
     stop: &Arc<AtomicBool>,
+    own: &AtomicBool,
     threads: &Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) {
     let started = Instant::now();
-    while !expired(stop, started) {
+    while !expired(stop, started) && !own.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _peer)) => {
                 let answer = format!("{name} {port}\n");

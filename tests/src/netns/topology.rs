@@ -263,6 +263,23 @@ impl Topology {
         Ok(())
     }
 
+    /// Makes backend `name` silent (`up = false`: its `eth0` goes down, so nothing it is
+    /// sent gets an answer, not even a refusal) or brings it back (`up = true`: link up and
+    /// its default route restored, which the kernel deleted with the link).
+    pub fn set_backend_link(&self, name: &str, up: bool) -> Result<()> {
+        let b = self
+            .backend(name)
+            .with_context(|| format!("no backend {name}"))?;
+        if !up {
+            return b.ns.ip(&["link", "set", "eth0", "down"]).map(drop);
+        }
+        b.ns.ip(&["link", "set", "eth0", "up"])?;
+        let gateway = b.addr.octets();
+        let gateway = Ipv4Addr::new(gateway[0], gateway[1], gateway[2], 1).to_string();
+        b.ns.ip(&["route", "replace", "default", "via", &gateway])
+            .map(drop)
+    }
+
     /// Starts a UDP server on `port` in every backend, named after the backend.
     pub fn udp_servers(&self, port: u16) -> Result<()> {
         for b in &self.backends {
