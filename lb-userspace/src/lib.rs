@@ -6,4 +6,5 @@ pub mod config;
 pub mod daemon;
 pub mod health;
 pub mod network;
+pub mod proxy;
 pub mod selection;

@@ -202,9 +202,16 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Without Network vServices and interfaces the daemon runs without XDP (health, L7, API).
 fn daemon(t: &Target) -> Result<()> {
+    let cfg = read_config(&t.config)?;
+    let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());
+    if !has_network && t.ifaces.is_empty() && cfg.xdp.interfaces.is_empty() {
+        info!("no Network vService and no interface: running without XDP");
+        return lb::daemon::run(None, cfg, t.config.clone());
+    }
     let (dp, cfg) = load(t)?;
-    lb::daemon::run(dp, cfg, t.config.clone())
+    lb::daemon::run(Some(dp), cfg, t.config.clone())
 }
 
 fn status(pin_dir: &Path, json: bool) -> Result<()> {

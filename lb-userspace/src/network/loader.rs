@@ -139,6 +139,10 @@ impl DataPath {
                 return Self::adopt(dir);
             }
         }
+        if let Some(dir) = &opts.pin_dir {
+            // A fresh program starts from empty maps: forget any earlier bookkeeping.
+            State::remove(dir);
+        }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::CONNS, opts.conn_table_size)
             .map_max_entries(names::NAT_REV, opts.conn_table_size)

@@ -1,0 +1,230 @@
+//! `lb run`: the daemon that ties config -> health -> selection -> {XDP maps, L7 snapshot}.
+//!
+//! It owns the data path while it runs and leaves it attached when it exits. [`Daemon`] is
+//! the handle its parts (signals, the REST API) share: read the running configuration and
+//! health, apply a new configuration, read counters.
+
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use arc_swap::ArcSwap;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub use report::{
+    HealthReport, ReportService, ReportTransition, as_health, health_name, read_report,
+    report_path,
+};
+
+use crate::config::{self, Config};
+use crate::health::{Cadence, HealthEngine, View, reflect};
+use crate::network::{self, DataPath, LoadOptions, NetworkReflector, NetworkStatus};
+use crate::selection::{Published, Selections};
+
+/// The running daemon, shared by its tasks and the API.
+pub struct Daemon {
+    config_path: PathBuf,
+    config: ArcSwap<Config>,
+    engine: Arc<HealthEngine>,
+    selections: Arc<Published>,
+    l7_view: ArcSwap<View>,
+    network: Mutex<Option<NetworkReflector>>,
+    network_status: Option<NetworkStatus>,
+    pin_dir: Option<PathBuf>,
+    reload: watch::Sender<u64>,
+    /// One configuration change at a time.
+    applying: tokio::sync::Mutex<()>,
+}
+
+impl Daemon {
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// The configuration file the daemon was started with (changes are written back to it).
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// The health engine (transitions, check durations).
+    pub fn engine(&self) -> &HealthEngine {
+        &self.engine
+    }
+
+    /// What HTTP and L7 TCP traffic currently follows, per list (lock-free).
+    pub fn selections(&self) -> Arc<Selections> {
+        self.selections.load()
+    }
+
+    /// The shared snapshot holder the proxy reads.
+    pub fn published(&self) -> Arc<Published> {
+        self.selections.clone()
+    }
+
+    /// Health as reported by `lb status` (engine decisions, reflected views, servers).
+    pub fn health_report(&self) -> HealthReport {
+        let net = self.network_status.as_ref().map(NetworkStatus::view).unwrap_or_default();
+        let mut r = report::build_report(&self.config(), &self.engine, &net, &self.l7_view.load());
+        r.network_error = self.network_status.as_ref().and_then(NetworkStatus::last_error);
+        r
+    }
+
+    /// XDP counters and backend slots, read from the pinned maps.
+    pub fn network_status(&self) -> Option<Result<network::Status>> {
+        let dir = self.pin_dir.as_ref()?;
+        let opts = LoadOptions { pin_dir: Some(dir.clone()), conn_table_size: 0 };
+        Some(DataPath::load(&[], &opts).and_then(|dp| dp.status()))
+    }
+
+    /// Re-reads the configuration file and applies it. A file that fails validation is
+    /// rejected with every error and the running configuration stays.
+    pub async fn reload_from_file(&self) -> Result<()> {
+        let (cfg, warnings) = config::load_with_warnings(&self.config_path)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("reload of {} rejected", self.config_path.display()))?;
+        for w in warnings {
+            warn!("{w}");
+        }
+        self.apply(cfg).await
+    }
+
+    /// Applies a validated configuration to every part without restarting listeners or
+    /// touching open connections; health states of unchanged services carry over.
+    pub async fn apply(&self, cfg: Config) -> Result<()> {
+        let _one = self.applying.lock().await;
+        // Plan first: a configuration the data path cannot take changes nothing.
+        network::plan(&cfg, &|_| crate::selection::Health::Ok)?;
+        let cfg = Arc::new(cfg);
+        self.config.store(cfg.clone());
+        self.engine.update(&cfg.backend_services, &cfg.health_checks);
+        if let Some(n) = self.network.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            n.update(cfg.clone());
+        }
+        self.reload.send_modify(|g| *g += 1);
+        info!("configuration applied");
+        Ok(())
+    }
+}
+
+/// A started daemon: its handle and the tasks that keep it current.
+pub struct Running {
+    /// The shared handle.
+    pub daemon: Arc<Daemon>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the tasks; the data path (if any) stays attached as last written.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let network = self.daemon.network.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(n) = network {
+            n.shutdown().await;
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        // Nobody keeps the report current any more.
+        if let Some(dir) = &self.daemon.pin_dir {
+            let _ = std::fs::remove_file(report_path(dir));
+        }
+    }
+}
+
+/// Starts health checking, reflection and (with `dp`) the Network reflector inside the
+/// current Tokio runtime. Without a data path (a configuration with no Network vService)
+/// everything else runs the same.
+pub fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Running {
+    let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
+    let cfg = Arc::new(cfg);
+    let engine = Arc::new(HealthEngine::start(&cfg.backend_services, &cfg.health_checks));
+    let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
+    let (reload, reload_rx) = watch::channel(0u64);
+    let daemon = Arc::new(Daemon {
+        config_path,
+        config: ArcSwap::new(cfg.clone()),
+        engine: engine.clone(),
+        selections: Arc::new(Published::default()),
+        l7_view: ArcSwap::from_pointee(View::default()),
+        network_status: network.as_ref().map(NetworkReflector::status),
+        network: Mutex::new(network),
+        pin_dir: pin_dir.clone(),
+        reload,
+        applying: tokio::sync::Mutex::new(()),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let d = daemon.clone();
+    let cadence = Cadence { down_every: cfg.reflection.l7_delay, up_every: cfg.reflection.l7_delay };
+    tasks.push(tokio::spawn(reflect(
+        engine,
+        cadence,
+        View::default(),
+        reload_rx,
+        stop_rx.clone(),
+        move |v: &View| {
+            let cfg = d.config.load();
+            d.selections.store(Selections::compute(&cfg, &|n| v.get(n)));
+            d.l7_view.store(Arc::new(v.clone()));
+        },
+    )));
+    if let Some(dir) = pin_dir {
+        let d = daemon.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let path = report_path(&dir);
+            let mut last = None;
+            loop {
+                let r = d.health_report();
+                if last.as_ref() != Some(&r) {
+                    if let Err(e) = report::write_report(&path, &r) {
+                        warn!("writing {}: {e:#}", path.display());
+                    }
+                    last = Some(r);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        }));
+    }
+    Running { daemon, stop, tasks }
+}
+
+/// Runs until SIGTERM or SIGINT; SIGHUP reloads `config_path`. `dp` is the loaded (or
+/// adopted) data path, if the configuration has Network vServices.
+pub fn run(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let running = start(dp, cfg, config_path);
+        let daemon = running.daemon.clone();
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        info!("running; SIGHUP reloads {}", daemon.config_path.display());
+        loop {
+            tokio::select! {
+                _ = hup.recv() => if let Err(e) = daemon.reload_from_file().await {
+                    warn!("{e:#}");
+                },
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        running.stop().await;
+        info!("exiting; the data path stays attached");
+        Ok(())
+    })
+}
