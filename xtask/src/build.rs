@@ -99,6 +99,21 @@ pub fn bench_xdp() -> Result<()> {
         .env("LB_XDP_OBJECT", object()))
 }
 
+/// CPU and memory of the health engine with 10,000 TCP-checked services, in release mode.
+/// It only uses loopback and the host crates, so neither setup nor the XDP object is needed.
+pub fn bench_health() -> Result<()> {
+    run(cargo().args([
+        "run",
+        "--release",
+        "--locked",
+        "--quiet",
+        "-p",
+        "lb-tests",
+        "--bin",
+        "bench-health",
+    ]))
+}
+
 /// The namespace demo.
 pub fn demo() -> Result<()> {
     all()?;

@@ -68,10 +68,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
-    /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time.
+    /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time;
+    /// `health`: CPU and memory of the health engine checking 10,000 services over TCP.
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["xdp"])]
+        #[arg(value_parser = ["xdp", "health"])]
         what: String,
     },
     /// Set up, build, and run the namespace demo (client, balancer, three backends).
@@ -136,6 +137,7 @@ fn run_cli(cli: Cli) -> Result<()> {
         Cmd::Test { args } => build::test(&args),
         Cmd::Bench { what } => match what.as_str() {
             "xdp" => build::bench_xdp(),
+            "health" => build::bench_health(),
             other => anyhow::bail!("unknown benchmark {other}"),
         },
         Cmd::Demo => build::demo(),

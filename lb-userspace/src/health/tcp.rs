@@ -32,10 +32,15 @@ impl TcpProbe {
             );
         }
         match connect(self.addr, start + self.timeout).await {
-            Ok(_stream) => ProbeResult::success(
-                format!("connected in {}", fmt_ms(start.elapsed())),
-                start.elapsed(),
-            ),
+            Ok(stream) => {
+                // Close with RST, as HAProxy does for checks: a FIN would leave a TIME_WAIT
+                // socket per check (600,000 of them at 10,000 checks per second).
+                let _ = stream.set_zero_linger();
+                ProbeResult::success(
+                    format!("connected in {}", fmt_ms(start.elapsed())),
+                    start.elapsed(),
+                )
+            }
             Err(reason) => ProbeResult::failure(reason, start.elapsed()),
         }
     }

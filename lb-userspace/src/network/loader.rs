@@ -310,6 +310,11 @@ pub fn attached_interfaces(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Forgets the writer's bookkeeping of `dir` (for callers that remove pins themselves).
+pub fn forget_state(dir: &Path) {
+    State::remove(dir);
+}
+
 /// Detaches from `iface` (removing its pinned link). When no interface remains, removes
 /// every pin under `dir`, which unloads the program and frees its maps.
 pub fn detach(dir: &Path, iface: &str) -> Result<bool> {

@@ -9,7 +9,9 @@ mod state;
 mod status;
 mod writer;
 
-pub use loader::{DataPath, LoadOptions, attached_interfaces, detach, object_path, read_object};
+pub use loader::{
+    DataPath, LoadOptions, attached_interfaces, detach, forget_state, object_path, read_object,
+};
 pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};
 pub use status::{BackendStatus, Status, VipStatus};

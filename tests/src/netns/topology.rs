@@ -352,6 +352,9 @@ impl Drop for Topology {
             eprintln!("harness: cannot remove {}: {e}", self.pin_dir.display());
         }
         let _ = std::fs::remove_dir_all(&self.work_dir);
+        // The writer's and the daemon's files about those pins under /run/lb.
+        lb::network::forget_state(&self.pin_dir);
+        let _ = std::fs::remove_file(lb::daemon::report_path(&self.pin_dir));
         // The namespaces (and every veth in them) are deleted by Netns::drop, after this.
     }
 }
