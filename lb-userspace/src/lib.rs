@@ -2,8 +2,10 @@
 //!
 //! Data flows one way: `config` -> `health` -> `selection` -> `network` (XDP maps).
 
+pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod gslb;
 pub mod health;
 pub mod network;
 pub mod proxy;

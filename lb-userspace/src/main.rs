@@ -72,6 +72,9 @@ enum Command {
         /// Configuration file (TOML).
         file: PathBuf,
     },
+    /// Commands that talk to a running daemon's REST API.
+    #[command(flatten)]
+    Api(lb::api::cli::ApiCommand),
 }
 
 fn main() {
@@ -112,6 +115,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { pin_dir, json } => status(&pin_dir, json),
+        Command::Api(cmd) => lb::api::cli::run(cmd),
         Command::CheckConfig { file } => {
             let (cfg, warnings) =
                 config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;

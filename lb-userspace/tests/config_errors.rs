@@ -598,3 +598,447 @@ fn every_problem_is_reported_in_file_order() {
     assert_eq!(shown.lines().count(), 6);
     assert!(shown.lines().all(|l| l.starts_with("lb.toml:")));
 }
+
+// ----- L7 vServices (HTTP and L7 TCP) ----------------------------------------------------
+
+/// An L7 vService `s` of `kind` on 127.0.0.1:8080 with backends ["web1"] on lines 21..=26,
+/// then `extra` from line 27 on, after `BACKENDS`.
+fn l7(kind: &str, extra: &[&str]) -> String {
+    let kind_line = format!("kind = \"{kind}\"");
+    let mut lines = vec![
+        "[[vservice]]",
+        "name = \"s\"",
+        kind_line.as_str(),
+        "address = \"127.0.0.1\"",
+        "port = 8080",
+        "backends = [\"web1\"]",
+    ];
+    lines.extend_from_slice(extra);
+    with_backends(&lines)
+}
+
+/// A scratch directory for files the loader reads (TLS, error page).
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lb-cfg-errors-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn network_only_keys_on_an_l7_vservice() {
+    let text = l7(
+        "http",
+        &[
+            "forwarding = \"dsr\"",
+            "maglev_size = 251",
+            "apply_admin_state = true",
+            "port_range = \"1-2\"",
+        ],
+    );
+    let words = "`forwarding` applies only to Network vServices (tcp-l4, udp-l4, any-l3), not \
+                 to this http vService";
+    assert_issue(&text, "vservice[0].forwarding", 27, words);
+    let words = "`maglev_size` applies only to Network vServices";
+    assert_issue(&text, "vservice[0].maglev_size", 28, words);
+    let words = "`apply_admin_state` applies only to Network vServices";
+    assert_issue(&text, "vservice[0].apply_admin_state", 29, words);
+    let words = "an http vservice listens on one port: use `port`, not `port_range`";
+    assert_issue(&text, "vservice[0].port_range", 30, words);
+}
+
+#[test]
+fn l7_vservice_needs_a_port() {
+    let text = l7("l7-tcp", &[]).replace("port = 8080\nbackends", "backends");
+    assert_issue(&text, "vservice[0].port", 21, "vservice `s` needs `port`");
+}
+
+#[test]
+fn l7_keys_on_a_network_vservice() {
+    let more = vservice(&[
+        "port = 80",
+        "backends = [\"web1\"]",
+        "algorithm = \"first\"", // 27
+        "queue_size = 5",
+        "[vservice.persistence]", // 29
+        "type = \"source-ip\"",
+        "[[vservice.conditional_set]]", // 31
+        "name = \"c\"",
+        "backends = [\"web2\"]",
+        "host = \"a.example\"",
+    ]);
+    let text = with_backends(&more);
+    let words =
+        "`algorithm` applies only to http and l7-tcp vServices, not to this tcp-l4 vService";
+    assert_issue(&text, "vservice[0].algorithm", 27, words);
+    assert_issue(
+        &text,
+        "vservice[0].queue_size",
+        28,
+        "`queue_size` applies only",
+    );
+    assert_issue(
+        &text,
+        "vservice[0].persistence",
+        29,
+        "`persistence` applies only",
+    );
+    let words = "`conditional_set` applies only to http vServices";
+    assert_issue(&text, "vservice[0].conditional_set", 31, words);
+}
+
+#[test]
+fn http_only_keys_on_an_l7_tcp_vservice() {
+    let text = l7(
+        "l7-tcp",
+        &[
+            "error_page = \"/nonexistent/503.html\"", // 27
+            "forwarded_headers = false",
+            "[vservice.persistence]", // 29
+            "type = \"cookie\"",
+            "[vservice.tls]", // 31
+            "cert = \"/nonexistent/c.pem\"",
+            "key = \"/nonexistent/k.pem\"",
+        ],
+    );
+    let words = "`error_page` applies only to http vServices, not to this l7-tcp vService";
+    assert_issue(&text, "vservice[0].error_page", 27, words);
+    let words = "`forwarded_headers` applies only to http vServices";
+    assert_issue(&text, "vservice[0].forwarded_headers", 28, words);
+    let words = "cookie persistence needs an HTTP vService";
+    assert_issue(&text, "vservice[0].persistence.type", 30, words);
+    assert_issue(&text, "vservice[0].tls", 31, "`tls` applies only to http");
+    // Keys that do not apply are not read: their files are not reported as missing.
+    assert_eq!(issues(&text).len(), 4, "{:#?}", issues(&text));
+}
+
+#[test]
+fn l7_backends_need_a_port() {
+    let text = l7("http", &[]).replace("backends = [\"web1\"]", "backends = [\"gw\"]")
+        + "[[backend_service]]\nname = \"gw\"\naddress = \"10.0.9.9\"\nport = 0\n";
+    let words = "backend service `gw` has port 0: an http vservice connects to the backend's";
+    assert_issue(&text, "vservice[0].backends[0]", 26, words);
+}
+
+#[test]
+fn l7_queue_size_and_timeouts_ranges() {
+    let text = l7(
+        "l7-tcp",
+        &[
+            "queue_size = 0", // 27
+            "[vservice.timeouts]",
+            "connect = 0", // 29
+            "client = 86400",
+            "server = -1", // 31
+        ],
+    );
+    let words = "0 is out of range 1..=4294967295";
+    assert_issue(&text, "vservice[0].queue_size", 27, words);
+    let words = "0 s must be above 0 and below 86400 s";
+    assert_issue(&text, "vservice[0].timeouts.connect", 29, words);
+    let words = "86400 s must be above 0 and below 86400 s";
+    assert_issue(&text, "vservice[0].timeouts.client", 30, words);
+    assert_issue(
+        &text,
+        "vservice[0].timeouts.server",
+        31,
+        "must not be negative",
+    );
+}
+
+#[test]
+fn unknown_algorithm_is_named() {
+    let text = l7("http", &["algorithm = \"fastest\""]);
+    assert_issue(
+        &text,
+        "vservice[0].algorithm",
+        27,
+        "unknown variant `fastest`",
+    );
+}
+
+#[test]
+fn persistence_keys_are_checked() {
+    let text = l7(
+        "http",
+        &[
+            "[vservice.persistence]",
+            "type = \"cookie\"",
+            "cookie_name = \"my cookie\"", // 29
+            "idle_timeout = 60",
+        ],
+    );
+    let words = "`my cookie` is not a valid cookie name";
+    assert_issue(&text, "vservice[0].persistence.cookie_name", 29, words);
+    let words = "`idle_timeout` applies only to `type = \"source-ip\"` persistence";
+    assert_issue(&text, "vservice[0].persistence.idle_timeout", 30, words);
+    let text = l7(
+        "l7-tcp",
+        &[
+            "[vservice.persistence]",
+            "type = \"source-ip\"",
+            "same_site = \"lax\"", // 29
+            "idle_timeout = 0",
+        ],
+    );
+    let words = "`same_site` applies only to `type = \"cookie\"` persistence";
+    assert_issue(&text, "vservice[0].persistence.same_site", 29, words);
+    let words = "0 s must be above 0";
+    assert_issue(&text, "vservice[0].persistence.idle_timeout", 30, words);
+}
+
+#[test]
+fn unreadable_files_are_named() {
+    let dir = scratch("files");
+    let cert = dir.join("cert.pem");
+    std::fs::write(&cert, "x").unwrap();
+    let missing = dir.join("missing.pem");
+    let page = dir.join("no-503.html");
+    let lines = [
+        format!("error_page = \"{}\"", page.display()), // 27
+        "[vservice.tls]".to_owned(),
+        format!("cert = \"{}\"", cert.display()),
+        format!("key = \"{}\"", missing.display()), // 30
+    ];
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let text = l7("http", &lines);
+    let words = format!("cannot read error page `{}`", page.display());
+    assert_issue(&text, "vservice[0].error_page", 27, &words);
+    let words = format!("cannot read `{}`", missing.display());
+    assert_issue(&text, "vservice[0].tls.key", 30, &words);
+    // The certificate exists: only the key is reported.
+    assert!(
+        issues(&text)
+            .iter()
+            .all(|i| i.field != "vservice[0].tls.cert")
+    );
+    let text = l7("http", &["[vservice.tls]", "cert = \"/c.pem\""]);
+    assert_issue(&text, "vservice[0].tls", 27, "missing field `key`");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ----- L7 listeners ------------------------------------------------------------------------
+
+#[test]
+fn two_l7_vservices_on_one_socket() {
+    let text = two_vservices(
+        ["kind = \"http\"", "address = \"127.0.0.1\"", "port = 80"],
+        ["kind = \"l7-tcp\"", "address = \"127.0.0.1\"", "port = 80"],
+    )
+    .replace("port = 0", "port = 81");
+    let words = "conflicts with vservice `first` (line 25) on 127.0.0.1: two L7 vservices";
+    assert_issue(&text, "vservice[1].port", 31, words);
+    // A wildcard address takes the port on every address of its family.
+    let text = two_vservices(
+        ["kind = \"http\"", "address = \"127.0.0.1\"", "port = 80"],
+        ["kind = \"http\"", "address = \"0.0.0.0\"", "port = 80"],
+    )
+    .replace("port = 0", "port = 81");
+    assert_issue(&text, "vservice[1].port", 31, "two L7 vservices");
+}
+
+#[test]
+fn l7_vservice_on_a_network_vip() {
+    let text = two_vservices(
+        [
+            "kind = \"tcp-l4\"",
+            "address = \"192.0.2.1\"",
+            "port_range = \"1-100\"",
+        ],
+        ["kind = \"http\"", "address = \"192.0.2.1\"", "port = 80"],
+    )
+    .replace("port = 0", "port = 81");
+    let words = "the XDP program takes these TCP packets before the L7 proxy can see them";
+    assert_issue(&text, "vservice[1].port", 31, words);
+    let text = two_vservices(
+        ["kind = \"any-l3\"", "address = \"192.0.2.1\"", ""],
+        ["kind = \"l7-tcp\"", "address = \"192.0.2.1\"", "port = 80"],
+    )
+    .replace("port = 0", "port = 81");
+    assert_issue(
+        &text,
+        "vservice[1].port",
+        31,
+        "an any-l3 vservice takes every",
+    );
+    // UDP on the same address and port does not touch a TCP proxy.
+    let text = two_vservices(
+        ["kind = \"udp-l4\"", "address = \"192.0.2.1\"", "port = 80"],
+        ["kind = \"http\"", "address = \"192.0.2.1\"", "port = 80"],
+    );
+    let all = issues(&text);
+    assert!(
+        all.iter().all(|i| i.field != "vservice[1].port"),
+        "{all:#?}"
+    );
+}
+
+// ----- [api] and [cluster] ---------------------------------------------------------------
+
+#[test]
+fn api_on_a_public_address_needs_a_token() {
+    let text = doc(&["[api]", "listen = \"0.0.0.0:9180\""]);
+    let words = "api.listen 0.0.0.0:9180 is not a loopback address: set `api.token`";
+    assert_issue(&text, "api.token", 2, words);
+    let text = doc(&["[api]", "listen = \"192.0.2.5:9180\"", "token = \"short\""]);
+    assert_issue(&text, "api.token", 3, "the token is too short");
+    let text = doc(&["[api]", "", "listen = \"localhost\""]);
+    assert_issue(&text, "api.listen", 3, "`localhost` is not an address:port");
+    let text = doc(&["[api]", "listen = \"127.0.0.1:9180\"", "tokn = \"x\""]);
+    assert_issue(&text, "api.tokn", 3, "unknown field `tokn`");
+}
+
+#[test]
+fn api_and_l7_vservice_on_one_socket() {
+    let text = l7("http", &[]).replace("port = 8080\nbackends", "port = 9180\nbackends");
+    let words = "the API listens on 127.0.0.1:9180 by default";
+    assert_issue(&text, "vservice[0].port", 25, words);
+    let text = l7("http", &["[api]", "listen = \"127.0.0.1:8080\""]);
+    let words = "127.0.0.1:8080 is also the listener of vservice `s` (line 25)";
+    assert_issue(&text, "api.listen", 28, words);
+}
+
+#[test]
+fn s_cl_cluster_needs_peers() {
+    let text = doc(&["[api]", "", "[cluster]", "manual_sync = true"]);
+    assert_issue(
+        &text,
+        "cluster.peer",
+        3,
+        "needs at least one [[cluster.peer]]",
+    );
+}
+
+#[test]
+fn s_cl_peer_names_and_urls_are_unique_and_valid() {
+    let text = doc(&[
+        "[[cluster.peer]]",
+        "name = \"lb2\"",
+        "url = \"http://10.0.0.2:9180\"",
+        "[[cluster.peer]]",
+        "name = \"lb2\"", // 5
+        "url = \"http://10.0.0.2:9180/\"",
+        "[[cluster.peer]]",
+        "name = \"lb4\"",
+        "url = \"https://10.0.0.4:9180\"", // 9
+        "token = \"tiny\"",
+    ]);
+    let words = "duplicate name `lb2`: already used by the cluster peer at line 2";
+    assert_issue(&text, "cluster.peer[1].name", 5, words);
+    let words = "duplicate url `http://10.0.0.2:9180`: already used by the peer at line 3";
+    assert_issue(&text, "cluster.peer[1].url", 6, words);
+    let words = "`https://10.0.0.4:9180` is not a peer API URL: write http://HOST:PORT";
+    assert_issue(&text, "cluster.peer[2].url", 9, words);
+    assert_issue(&text, "cluster.peer[2].token", 10, "the token is too short");
+}
+
+// ----- Conditional Backend Services sets ---------------------------------------------------
+
+/// An http vService (lines 21..=26) with one conditional set `c` from line 27 on:
+/// header on 27, name on 28, then `extra` from line 29 on.
+fn set(extra: &[&str]) -> String {
+    let mut lines = vec!["[[vservice.conditional_set]]", "name = \"c\""];
+    lines.extend_from_slice(extra);
+    l7("http", &lines)
+}
+
+#[test]
+fn conditional_set_needs_a_condition_and_a_list() {
+    let text = set(&[]);
+    assert_issue(
+        &text,
+        "vservice[0].conditional_set[0]",
+        27,
+        "conditional set `c` has no condition",
+    );
+    assert_issue(
+        &text,
+        "vservice[0].conditional_set[0].backends",
+        27,
+        "conditional set `c` has no backends list",
+    );
+    let text = set(&["backends = []", "path = \"/\""]);
+    let words = "conditional set `c` has no backends list";
+    assert_issue(&text, "vservice[0].conditional_set[0].backends", 29, words);
+}
+
+#[test]
+fn conditional_set_names_are_unique_and_lists_checked() {
+    let text = set(&[
+        "backends = [\"web1\", \"nope\", \"web1\"]", // 29
+        "path = \"/a\"",
+        "[[vservice.conditional_set]]",
+        "name = \"c\"", // 32
+        "backends = [\"pool\", \"gw\"]",
+        "path = \"/b\"",
+        "[[backend_service]]",
+        "name = \"gw\"",
+        "address = \"10.0.9.9\"",
+        "port = 0",
+    ]);
+    let field = "vservice[0].conditional_set[0].backends[1]";
+    assert_issue(&text, field, 29, "unknown backend service or group `nope`");
+    let field = "vservice[0].conditional_set[0].backends[2]";
+    assert_issue(&text, field, 29, "`web1` is listed twice");
+    let words = "duplicate name `c`: already used by the conditional set at line 28";
+    assert_issue(&text, "vservice[0].conditional_set[1].name", 32, words);
+    let field = "vservice[0].conditional_set[1].backends[1]";
+    assert_issue(&text, field, 33, "backend service `gw` has port 0");
+}
+
+#[test]
+fn conditions_are_validated() {
+    let text = set(&[
+        "backends = [\"web2\"]",
+        "host = \"api.example.com:8080\"", // 30
+        "path = \"api\"",
+        "path_prefix = \"/ok\"",
+        "path_suffix = \"\"",
+        "path_regex = \"^/v[0-9\"", // 34
+        "method = [\"GET\", \"post\", \"GET\"]",
+        "source_cidr = [\"10.0.0.0/8\", \"10.1.2.3/8\", \"10.0.0.0/40\"]", // 36
+    ]);
+    let f = |key: &str| format!("vservice[0].conditional_set[0].{key}");
+    assert_issue(
+        &text,
+        &f("host"),
+        30,
+        "`api.example.com:8080` is not a host name",
+    );
+    assert_issue(&text, &f("path"), 31, "`api` must start with `/`");
+    assert_issue(&text, &f("path_suffix"), 33, "must not be empty");
+    let words = "`^/v[0-9` is not a valid regular expression: unclosed character class";
+    assert_issue(&text, &f("path_regex"), 34, words);
+    let words = "`post` is not an upper-case HTTP method";
+    assert_issue(&text, &f("method[1]"), 35, words);
+    assert_issue(&text, &f("method[2]"), 35, "`GET` is listed twice");
+    let words = "`10.1.2.3/8` has host bits set: write 10.0.0.0/8";
+    assert_issue(&text, &f("source_cidr[1]"), 36, words);
+    assert_issue(
+        &text,
+        &f("source_cidr[2]"),
+        36,
+        "prefix length must be a number in 0..=32",
+    );
+    assert_eq!(issues(&text).len(), 8, "{:#?}", issues(&text));
+}
+
+#[test]
+fn header_condition_takes_exactly_one_matcher() {
+    let text = set(&[
+        "backends = [\"web2\"]",
+        "[vservice.conditional_set.header]", // 30
+        "name = \"X Env\"",
+        "exact = \"a\"",
+        "prefix = \"b\"", // 33
+    ]);
+    let f = |key: &str| format!("vservice[0].conditional_set[0].header{key}");
+    assert_issue(&text, &f(".name"), 31, "`X Env` is not an HTTP header name");
+    let words = "set exactly one of `exact`, `prefix`, `suffix` or `regex`";
+    assert_issue(&text, &f(".prefix"), 33, words);
+    let text = set(&[
+        "backends = [\"web2\"]",
+        "[vservice.conditional_set.header]", // 30
+        "name = \"X-Env\"",
+    ]);
+    assert_issue(&text, &f(""), 30, words);
+}

@@ -114,6 +114,34 @@ pub fn bench_health() -> Result<()> {
     ]))
 }
 
+/// The HTTP proxy against HAProxy and nginx, in release mode. Loopback only and no XDP
+/// (the bench's configuration has no Network vService); the bench installs wrk, haproxy
+/// and nginx itself when they are missing.
+pub fn bench_l7() -> Result<()> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "--locked",
+        "--quiet",
+        "-p",
+        "lb-userspace",
+        "--bin",
+        "lb",
+    ]))?;
+    run(cargo()
+        .args([
+            "run",
+            "--release",
+            "--locked",
+            "--quiet",
+            "-p",
+            "lb-tests",
+            "--bin",
+            "bench-l7",
+        ])
+        .env("LB_BIN", root().join("target/release/lb")))
+}
+
 /// The namespace demo.
 pub fn demo() -> Result<()> {
     all()?;

@@ -69,10 +69,12 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time;
-    /// `health`: CPU and memory of the health engine checking 10,000 services over TCP.
+    /// `health`: CPU and memory of the health engine checking 10,000 services over TCP;
+    /// `l7`: the HTTP proxy against HAProxy and nginx (wrk), and failed requests while
+    /// Maintenance is toggled every second.
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["xdp", "health"])]
+        #[arg(value_parser = ["xdp", "health", "l7"])]
         what: String,
     },
     /// Set up, build, and run the namespace demo (client, balancer, three backends).
@@ -138,6 +140,7 @@ fn run_cli(cli: Cli) -> Result<()> {
         Cmd::Bench { what } => match what.as_str() {
             "xdp" => build::bench_xdp(),
             "health" => build::bench_health(),
+            "l7" => build::bench_l7(),
             other => anyhow::bail!("unknown benchmark {other}"),
         },
         Cmd::Demo => build::demo(),

@@ -10,17 +10,22 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::issues::Issues;
 use super::raw::{
-    RawBackendGroup, RawBackendService, RawHealthCheck, RawReflection, RawVService, RawXdp,
+    RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawReflection,
+    RawVService, RawXdp,
 };
+use super::raw_dns::RawDnsVService;
 
 /// The top-level sections the schema knows.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 9] = [
     "xdp",
     "reflection",
+    "api",
+    "cluster",
     "health_check",
     "backend_service",
     "backend_group",
     "vservice",
+    "dns_vservice",
 ];
 
 /// One readable `[[...]]` entry with where it is.
@@ -48,10 +53,15 @@ pub(super) struct Unreadable {
 pub(super) struct RawDocument {
     pub xdp: RawXdp,
     pub reflection: RawReflection,
+    pub api: RawApi,
+    /// `[cluster]` when present (and readable); its span points at the table.
+    pub cluster: Option<Entry<RawCluster>>,
     pub health_checks: Vec<Entry<RawHealthCheck>>,
     pub backend_services: Vec<Entry<RawBackendService>>,
     pub backend_groups: Vec<Entry<RawBackendGroup>>,
     pub vservices: Vec<Entry<RawVService>>,
+    /// `[[dns_vservice]]` entries (S-GS).
+    pub dns_vservices: Vec<Entry<RawDnsVService>>,
     pub unreadable: Unreadable,
 }
 
@@ -73,6 +83,8 @@ pub(super) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
         match name {
             "xdp" => doc.xdp = read_table(name, value, issues),
             "reflection" => doc.reflection = read_table(name, value, issues),
+            "api" => doc.api = read_table(name, value, issues),
+            "cluster" => doc.cluster = read_optional_table(name, value, issues),
             "health_check" => {
                 doc.health_checks =
                     read_entries(name, value, issues, &mut doc.unreadable.health_checks);
@@ -87,6 +99,9 @@ pub(super) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
             }
             "vservice" => {
                 doc.vservices = read_entries(name, value, issues, &mut HashSet::new());
+            }
+            "dns_vservice" => {
+                doc.dns_vservices = read_entries(name, value, issues, &mut HashSet::new());
             }
             _ => issues.error(
                 &key.span(),
@@ -115,6 +130,33 @@ where
         return T::default();
     }
     deserialize(section, value, issues).unwrap_or_default()
+}
+
+/// Reads a single-table section whose presence matters, such as `[cluster]`; `None` when
+/// it is not a readable table (reported).
+fn read_optional_table<'i, T>(
+    section: &str,
+    value: Spanned<DeValue<'i>>,
+    issues: &mut Issues,
+) -> Option<Entry<T>>
+where
+    T: Deserialize<'i>,
+{
+    let span = value.span();
+    if !value.get_ref().is_table() {
+        issues.error(
+            &span,
+            section,
+            format!("`{section}` must be a table: write it as [{section}]"),
+        );
+        return None;
+    }
+    let raw = deserialize(section, value, issues)?;
+    Some(Entry {
+        path: section.to_owned(),
+        span,
+        raw,
+    })
 }
 
 /// Reads an array-of-tables section such as `[[vservice]]`, entry by entry.
@@ -187,29 +229,43 @@ fn plain_types(message: &str) -> String {
 
 /// The deepest key path under `value` whose key or value contains `span`.
 fn field_path(base: &str, value: &DeValue<'_>, span: &Range<usize>) -> String {
+    find_path(base, value, span).unwrap_or_else(|| base.to_owned())
+}
+
+/// Like [`field_path`], `None` when nothing under `value` contains `span`. Children are
+/// searched even when their own span does not contain it: the span of a nested array of
+/// tables (`[[a.b]]`) covers only part of its entries.
+fn find_path(base: &str, value: &DeValue<'_>, span: &Range<usize>) -> Option<String> {
     let contains = |outer: Range<usize>| outer.start <= span.start && span.end <= outer.end;
     match value {
         DeValue::Table(table) => {
             for (key, item) in table.iter() {
                 let here = format!("{base}.{}", key.get_ref());
                 if contains(key.span()) {
-                    return here;
+                    return Some(here);
+                }
+                if let Some(deeper) = find_path(&here, item.get_ref(), span) {
+                    return Some(deeper);
                 }
                 if contains(item.span()) {
-                    return field_path(&here, item.get_ref(), span);
+                    return Some(here);
                 }
             }
         }
         DeValue::Array(items) => {
             for (index, item) in items.iter().enumerate() {
+                let here = format!("{base}[{index}]");
+                if let Some(deeper) = find_path(&here, item.get_ref(), span) {
+                    return Some(deeper);
+                }
                 if contains(item.span()) {
-                    return field_path(&format!("{base}[{index}]"), item.get_ref(), span);
+                    return Some(here);
                 }
             }
         }
         _ => {}
     }
-    base.to_owned()
+    None
 }
 
 #[cfg(test)]

@@ -7,18 +7,36 @@
 //! `tracing::warn!`; [`parse_with_warnings`] and [`load_with_warnings`] return them instead
 //! (as display lines, same format as an issue) and log nothing, for callers such as a
 //! reload API that report them to the operator themselves.
+//!
+//! Besides the XDP and health sections, the file holds `[api]`, `[cluster]` and the L7
+//! vServices (`http`, `l7-tcp`); files an L7 vService names (TLS certificate and key, error
+//! page) are checked or read during validation, so a bad path fails the load.
+//!
+//! `[[dns_vservice]]` tables hold the DNS vServices of global service standby (S-GS): a
+//! listener, a zone and its names, each name with its site services.
 
 mod backends;
+mod conditions;
+mod control;
+mod dns;
 mod document;
 mod error;
 mod health;
 mod issues;
+mod kinds;
+mod l7;
+mod listeners;
+mod lists;
+mod matchers;
 mod model;
 mod names;
 mod network;
+mod persistence;
 mod ports;
 mod probe;
 mod raw;
+mod raw_dns;
+mod raw_l7;
 mod seconds;
 mod settings;
 mod vservice;
@@ -82,9 +100,18 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
     let doc = document::read(text, issues)?;
     let xdp = settings::xdp(&doc.xdp, issues);
     let reflection = settings::reflection(&doc.reflection, issues);
+    let api = control::api(&doc.api, issues);
+    let cluster = control::cluster(doc.cluster.as_ref(), &api.settings, issues);
     let health_checks = health::health_checks(&doc.health_checks, issues);
     let backends = backends::backends(&doc, issues);
-    let vservices = vservice::vservices(&doc.vservices, &backends, issues);
+    let (vservices, listeners) = vservice::vservices(&doc.vservices, &backends, issues);
+    listeners::check_api(api.settings.listen, api.listen_span, &listeners, issues);
+    let dns_context = dns::Context {
+        vservices: &doc.vservices,
+        listeners: &listeners,
+        api: api.settings.listen,
+    };
+    let dns_vservices = dns::dns_vservices(&doc.dns_vservices, &dns_context, issues);
     Some(Config {
         xdp,
         reflection,
@@ -92,8 +119,9 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
         backend_services: backends.services,
         backend_groups: backends.groups,
         vservices,
-        api: ApiSettings::default(),
-        cluster: None,
+        api: api.settings,
+        cluster,
+        dns_vservices,
     })
 }
 
@@ -105,3 +133,7 @@ fn log_warnings(warnings: &[String]) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_dns;
+#[cfg(test)]
+mod tests_l7;

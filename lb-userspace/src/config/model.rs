@@ -3,7 +3,7 @@
 //! Everything here has already passed validation (names unique, references resolved,
 //! ranges ordered, S-HC4 adjustments applied), so consumers never re-check it.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,6 +26,10 @@ pub struct Config {
     pub api: ApiSettings,
     /// Cluster peers (S-CL); none when clustering is off.
     pub cluster: Option<ClusterSettings>,
+    /// DNS vServices (global service standby, S-GS): authoritative answers with the
+    /// addresses of the sites whose service is up. Kept apart from `vservices` because they
+    /// have no backend lists: their "backends" are whole sites, polled over their API.
+    pub dns_vservices: Vec<DnsVService>,
 }
 
 /// Where the REST API, the Live Stats page and /metrics listen.
@@ -406,4 +410,75 @@ pub enum Forwarding {
     Nat,
     /// Direct server return; only the destination MAC changes.
     Dsr,
+}
+
+/// A DNS vService (S-GS): authoritative for one zone, answering each configured name with
+/// the addresses of the sites that can serve it, standbys only when no active site can.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DnsVService {
+    /// Unique name (shared namespace with the other vServices).
+    pub name: String,
+    /// Listening address (UDP and TCP).
+    pub address: IpAddr,
+    /// Listening port (UDP and TCP). Default 53.
+    pub port: u16,
+    /// Zone it is authoritative for: lower case, absolute (trailing dot), e.g. `gslb.example.`.
+    pub zone: String,
+    /// TTL of the answers, in seconds. Default 30.
+    pub ttl: u32,
+    /// Period between two polls of a site's API. Default 2 s.
+    pub poll_period: Duration,
+    /// Timeout of one poll. Default 1 s.
+    pub poll_timeout: Duration,
+    /// Queries per second accepted from one source address (the burst is the same number);
+    /// more are dropped and counted. 0 turns the limit off. Default 50.
+    pub rate_limit: u32,
+    /// The names it answers, each with its site services.
+    pub records: Vec<DnsRecord>,
+}
+
+/// One name of a DNS vService and the site services behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DnsRecord {
+    /// Absolute lower-case name inside the zone, with a trailing dot (`www.gslb.example.`).
+    pub name: String,
+    /// How the answer orders the sites that can serve. Default round robin.
+    pub policy: DnsPolicy,
+    /// Most addresses in one answer. Default 1.
+    pub answers: u32,
+    /// Site services, in configuration order.
+    pub sites: Vec<SiteService>,
+}
+
+/// Order of the sites in a DNS answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnsPolicy {
+    /// Each site in turn. Sites whose status is unknown (No Metrics, No Connection) take
+    /// part too, since nothing says they are down.
+    RoundRobin,
+    /// In turn, in proportion to the sites' weights; only sites with status OK.
+    Weighted,
+    /// Fewest current sessions at the site first; only sites with status OK (fresh metrics).
+    LeastLoaded,
+}
+
+/// One site's instance of the service behind a DNS name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteService {
+    /// Unique within its name.
+    pub name: String,
+    /// IPv4 address handed out in A answers (the site's VIP), if any.
+    pub ipv4: Option<Ipv4Addr>,
+    /// IPv6 address handed out in AAAA answers, if any.
+    pub ipv6: Option<Ipv6Addr>,
+    /// The site daemon's API base URL, `http://host:port`, polled for the status (S-GS4).
+    pub api: String,
+    /// Bearer token of the site's API, if it needs one.
+    pub token: Option<String>,
+    /// Name of the vService at that site.
+    pub vservice: String,
+    /// Standby: handed out only while no active site of the name can serve (S-GS1).
+    pub standby: bool,
+    /// Weight for the weighted policy (1..=1000). Default 1.
+    pub weight: u32,
 }

@@ -1,4 +1,5 @@
-//! The port part of a vService: one port, a Port Range, or every port (ANY-L3).
+//! The port part of a vService: one port, a Port Range, or every port (ANY-L3); L7
+//! vServices listen on exactly one port.
 
 use std::ops::Range;
 
@@ -36,6 +37,9 @@ pub(super) fn ports(
         let span = raw.address.span();
         return fine.then(|| (PortSpec::Any, span, format!("{path}.address")));
     }
+    if kind.is_l7() {
+        return l7_port(entry, issues);
+    }
     match (&raw.port, &raw.port_range) {
         (Some(_), Some(range)) => {
             issues.error(
@@ -67,6 +71,37 @@ pub(super) fn ports(
             Some((PortSpec::Range(start, end), range.span(), field))
         }
     }
+}
+
+/// HTTP and L7 TCP vServices listen on one socket: `port` is required, `port_range` is not
+/// allowed.
+fn l7_port(
+    entry: &Entry<RawVService>,
+    issues: &mut Issues,
+) -> Option<(PortSpec, Range<usize>, String)> {
+    let raw = &entry.raw;
+    let path = &entry.path;
+    let kind = raw.kind.get_ref().as_str();
+    if let Some(range) = &raw.port_range {
+        issues.error(
+            &range.span(),
+            &format!("{path}.port_range"),
+            format!("an {kind} vservice listens on one port: use `port`, not `port_range`"),
+        );
+    }
+    let Some(port) = &raw.port else {
+        issues.error(
+            &entry.span,
+            &format!("{path}.port"),
+            format!("vservice `{}` needs `port`", raw.name.get_ref()),
+        );
+        return None;
+    };
+    let field = format!("{path}.port");
+    let single = one_port(port, &field, issues)?;
+    raw.port_range
+        .is_none()
+        .then(|| (PortSpec::Single(single), port.span(), field))
 }
 
 /// A listening port: 1..=65535 (0 would mean "any port", which is what any-l3 is for).

@@ -7,6 +7,11 @@
 use serde::Deserialize;
 use serde_spanned::Spanned;
 
+pub(super) use super::raw_l7::{
+    RawAlgorithm, RawConditionalSet, RawHeader, RawPersistence, RawPersistenceType, RawSameSite,
+    RawTimeouts, RawTls,
+};
+
 /// `[xdp]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,8 +124,15 @@ pub(super) struct RawVService {
     pub forwarding: Option<Spanned<RawForwarding>>,
     pub maglev_size: Option<Spanned<i64>>,
     pub backends: Option<Spanned<Vec<Spanned<String>>>>,
-    #[serde(default)]
-    pub apply_admin_state: bool,
+    pub apply_admin_state: Option<Spanned<bool>>,
+    pub algorithm: Option<Spanned<RawAlgorithm>>,
+    pub queue_size: Option<Spanned<i64>>,
+    pub error_page: Option<Spanned<String>>,
+    pub forwarded_headers: Option<Spanned<bool>>,
+    pub persistence: Option<Spanned<RawPersistence>>,
+    pub timeouts: Option<Spanned<RawTimeouts>>,
+    pub tls: Option<Spanned<RawTls>>,
+    pub conditional_set: Option<Spanned<Vec<Spanned<RawConditionalSet>>>>,
 }
 
 /// `vservice.kind`.
@@ -130,6 +142,26 @@ pub(super) enum RawVServiceKind {
     TcpL4,
     UdpL4,
     AnyL3,
+    Http,
+    L7Tcp,
+}
+
+impl RawVServiceKind {
+    /// The TOML spelling, for messages.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::TcpL4 => "tcp-l4",
+            Self::UdpL4 => "udp-l4",
+            Self::AnyL3 => "any-l3",
+            Self::Http => "http",
+            Self::L7Tcp => "l7-tcp",
+        }
+    }
+
+    /// True for the kinds served by the userspace proxy (http, l7-tcp).
+    pub(super) fn is_l7(self) -> bool {
+        matches!(self, Self::Http | Self::L7Tcp)
+    }
 }
 
 /// `vservice.forwarding`.
@@ -138,4 +170,29 @@ pub(super) enum RawVServiceKind {
 pub(super) enum RawForwarding {
     Nat,
     Dsr,
+}
+
+/// `[api]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApi {
+    pub listen: Option<Spanned<String>>,
+    pub token: Option<Spanned<String>>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub manual_sync: Option<Spanned<bool>>,
+    pub peer: Option<Spanned<Vec<Spanned<RawPeer>>>>,
+}
+
+/// One `[[cluster.peer]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPeer {
+    pub name: Spanned<String>,
+    pub url: Spanned<String>,
+    pub token: Option<Spanned<String>>,
 }

@@ -223,6 +223,7 @@ fn full_config_round_trips_into_the_model() {
         ],
         api: ApiSettings::default(),
         cluster: None,
+        dns_vservices: Vec::new(),
     };
     assert_eq!(config, expected);
 }
@@ -310,6 +311,27 @@ fn example_config_parses() {
     assert!(types.iter().any(|k| matches!(k, HealthKind::Https(_))));
     assert!(types.iter().any(|k| matches!(k, HealthKind::Dns(_))));
     assert_eq!(config.backend_groups.len(), 1);
+    assert_eq!(config.api, ApiSettings::default());
+    assert_eq!(config.cluster, None);
+    let site = config.vservices.iter().find(|v| v.name == "site").unwrap();
+    assert_eq!(site.kind, VServiceKind::Http);
+    let l7 = site.l7.as_ref().unwrap();
+    assert!(matches!(l7.persistence, Persistence::Cookie(_)));
+    assert_eq!(l7.conditional_sets.len(), 1);
+    assert!(
+        l7.conditional_sets[0]
+            .backends
+            .contains(&"api-spare".to_owned())
+    );
+    assert!(site.backends.contains(&"web-sorry".to_owned()));
+    let db = config.vservices.iter().find(|v| v.name == "db").unwrap();
+    assert_eq!(db.kind, VServiceKind::L7Tcp);
+    assert_eq!(
+        db.l7.as_ref().unwrap().persistence,
+        Persistence::SourceIp {
+            idle: Duration::from_secs(1800)
+        }
+    );
 }
 
 /// `load` reads a file; an unreadable file is one issue naming the path.

@@ -1,14 +1,18 @@
-//! `[[vservice]]`: kind, address, ports, forwarding, Maglev size and the Default list.
+//! `[[vservice]]`: kind, address, ports, forwarding, Maglev size, the Default list and,
+//! for L7 kinds, the proxy settings.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::backends::{Backends, Lookup, address, ranged};
+use super::backends::{Backends, address, ranged};
 use super::document::Entry;
 use super::issues::Issues;
+use super::kinds::check_keys;
+use super::l7::l7_settings;
+use super::listeners::{self, Listener};
+use super::lists::{ListSource, backend_list, check_l7_ports};
 use super::model::{Forwarding, VService, VServiceKind};
 use super::names::Namespace;
-use super::network::{self, Listener};
+use super::network;
 use super::ports::ports;
 use super::raw::{RawForwarding, RawVService, RawVServiceKind};
 
@@ -21,11 +25,12 @@ const MAGLEV_MAX: i64 = 1_048_576;
 pub(super) const NO_IPV6: &str = "IPv6 is not supported by the XDP data path yet";
 
 /// Validates every vService, then the checks across them (conflicting listeners).
+/// Also returns every usable listener, for checks against the API listener.
 pub(super) fn vservices(
     entries: &[Entry<RawVService>],
     backends: &Backends,
     issues: &mut Issues,
-) -> Vec<VService> {
+) -> (Vec<VService>, Vec<Listener>) {
     let mut names = Namespace::default();
     let mut listeners = Vec::new();
     let mut valid = Vec::new();
@@ -46,8 +51,8 @@ pub(super) fn vservices(
             valid.push(vservice);
         }
     }
-    network::check_conflicts(&listeners, issues);
-    valid
+    listeners::check_conflicts(&listeners, issues);
+    (valid, listeners)
 }
 
 /// Converts one vService; `None` when its address or ports are unusable (reported).
@@ -62,7 +67,10 @@ fn convert(
         RawVServiceKind::TcpL4 => VServiceKind::TcpL4,
         RawVServiceKind::UdpL4 => VServiceKind::UdpL4,
         RawVServiceKind::AnyL3 => VServiceKind::AnyL3,
+        RawVServiceKind::Http => VServiceKind::Http,
+        RawVServiceKind::L7Tcp => VServiceKind::L7Tcp,
     };
+    check_keys(entry, issues);
     let address_field = format!("{path}.address");
     let vip = address(&raw.address, &address_field, issues);
     if let Some(IpAddr::V6(_)) = vip
@@ -80,8 +88,22 @@ fn convert(
         Some(RawForwarding::Nat) | None => Forwarding::Nat,
     };
     // Checked before giving up on a bad address or port, so their problems show too.
-    let maglev_size = maglev_size(entry, issues);
-    let backends = backend_list(entry, backends, issues);
+    let maglev_size = if kind.is_network() {
+        maglev_size(entry, issues)
+    } else {
+        DEFAULT_MAGLEV_SIZE
+    };
+    let source = ListSource {
+        list: raw.backends.as_ref(),
+        field: format!("{path}.backends"),
+        owner_span: entry.span.clone(),
+        owner: format!("vservice `{}`", raw.name.get_ref()),
+    };
+    let list = backend_list(&source, backends, issues);
+    if !kind.is_network() {
+        check_l7_ports(&source, raw.kind.get_ref().as_str(), backends, issues);
+    }
+    let l7 = l7_settings(entry, backends, issues);
     let vservice = VService {
         name: raw.name.get_ref().clone(),
         kind,
@@ -89,9 +111,9 @@ fn convert(
         ports: ports.as_ref()?.0,
         forwarding,
         maglev_size,
-        backends,
-        apply_admin_state: raw.apply_admin_state,
-        l7: None,
+        backends: list,
+        apply_admin_state: raw.apply_admin_state.as_ref().is_some_and(|a| *a.get_ref()),
+        l7,
     };
     let (_, span, field) = ports?;
     let listener = Listener {
@@ -130,72 +152,6 @@ fn is_prime(n: u32) -> bool {
         && (2..)
             .take_while(|d| d * d <= n)
             .all(|d| !n.is_multiple_of(d))
-}
-
-/// The Default list: present, non-empty, names defined, no backend twice (also through
-/// groups, which would double its share and blur the backup rules).
-fn backend_list(
-    entry: &Entry<RawVService>,
-    backends: &Backends,
-    issues: &mut Issues,
-) -> Vec<String> {
-    let raw = &entry.raw;
-    let path = &entry.path;
-    let no_list = format!("vservice `{}` has no backends list", raw.name.get_ref());
-    let Some(list) = &raw.backends else {
-        issues.error(&entry.span, &format!("{path}.backends"), no_list);
-        return Vec::new();
-    };
-    if list.get_ref().is_empty() {
-        issues.error(&list.span(), &format!("{path}.backends"), no_list);
-    }
-    // Backend Service name -> the list entry that brought it in.
-    let mut seen: HashMap<&str, &str> = HashMap::new();
-    for (index, item) in list.get_ref().iter().enumerate() {
-        let field = format!("{path}.backends[{index}]");
-        let name = item.get_ref().as_str();
-        let members: Vec<&str> = match backends.lookup(name) {
-            Lookup::Unknown => {
-                issues.error(
-                    &item.span(),
-                    &field,
-                    format!("unknown backend service or group `{name}`"),
-                );
-                continue;
-            }
-            Lookup::Service(_) | Lookup::Invalid => vec![name],
-            Lookup::Group(group) => group.members.iter().map(String::as_str).collect(),
-        };
-        if seen.values().any(|via| *via == name) {
-            issues.error(&item.span(), &field, format!("`{name}` is listed twice"));
-            continue;
-        }
-        for member in members {
-            let Some(first) = seen.get(member) else {
-                seen.insert(member, name);
-                continue;
-            };
-            let before = if *first == member {
-                String::new()
-            } else {
-                format!(" through `{first}`")
-            };
-            let now = if member == name {
-                String::new()
-            } else {
-                format!(" (member of `{name}`)")
-            };
-            issues.error(
-                &item.span(),
-                &field,
-                format!("backend service `{member}`{now} is already in this list{before}"),
-            );
-        }
-    }
-    list.get_ref()
-        .iter()
-        .map(|item| item.get_ref().clone())
-        .collect()
 }
 
 #[cfg(test)]

@@ -17,13 +17,14 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub use report::{
-    HealthReport, ReportService, ReportTransition, as_health, health_name, read_report,
-    report_path,
+    HealthReport, ReportService, ReportTransition, as_health, health_name, read_report, report_path,
 };
 
 use crate::config::{self, Config};
+use crate::gslb::Gslb;
 use crate::health::{Cadence, HealthEngine, View, reflect};
 use crate::network::{self, DataPath, LoadOptions, NetworkReflector, NetworkStatus};
+use crate::proxy::Proxy;
 use crate::selection::{Published, Selections};
 
 /// The running daemon, shared by its tasks and the API.
@@ -39,6 +40,10 @@ pub struct Daemon {
     reload: watch::Sender<u64>,
     /// One configuration change at a time.
     applying: tokio::sync::Mutex<()>,
+    /// HTTP and L7 TCP vServices (binds nothing when there are none).
+    proxy: Proxy,
+    /// DNS vServices (S-GS), started with the first one configured.
+    gslb: tokio::sync::Mutex<Option<Gslb>>,
 }
 
 impl Daemon {
@@ -62,6 +67,22 @@ impl Daemon {
         self.selections.load()
     }
 
+    /// The L7 proxy: counters and the Session Affinity Manager.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        Some(&self.proxy)
+    }
+
+    /// Site statuses, transitions and counters of the DNS vServices (None when there are none).
+    pub async fn gslb_status(&self) -> Option<GslbStatus> {
+        let gslb = self.gslb.lock().await;
+        let g = gslb.as_ref()?;
+        Some(GslbStatus {
+            sites: g.status(),
+            transitions: g.transitions(),
+            counters: g.counters(),
+        })
+    }
+
     /// The shared snapshot holder the proxy reads.
     pub fn published(&self) -> Arc<Published> {
         self.selections.clone()
@@ -69,16 +90,26 @@ impl Daemon {
 
     /// Health as reported by `lb status` (engine decisions, reflected views, servers).
     pub fn health_report(&self) -> HealthReport {
-        let net = self.network_status.as_ref().map(NetworkStatus::view).unwrap_or_default();
+        let net = self
+            .network_status
+            .as_ref()
+            .map(NetworkStatus::view)
+            .unwrap_or_default();
         let mut r = report::build_report(&self.config(), &self.engine, &net, &self.l7_view.load());
-        r.network_error = self.network_status.as_ref().and_then(NetworkStatus::last_error);
+        r.network_error = self
+            .network_status
+            .as_ref()
+            .and_then(NetworkStatus::last_error);
         r
     }
 
     /// XDP counters and backend slots, read from the pinned maps.
     pub fn network_status(&self) -> Option<Result<network::Status>> {
         let dir = self.pin_dir.as_ref()?;
-        let opts = LoadOptions { pin_dir: Some(dir.clone()), conn_table_size: 0 };
+        let opts = LoadOptions {
+            pin_dir: Some(dir.clone()),
+            conn_table_size: 0,
+        };
         Some(DataPath::load(&[], &opts).and_then(|dp| dp.status()))
     }
 
@@ -101,15 +132,44 @@ impl Daemon {
         // Plan first: a configuration the data path cannot take changes nothing.
         network::plan(&cfg, &|_| crate::selection::Health::Ok)?;
         let cfg = Arc::new(cfg);
+        // Listeners next: one that cannot bind rejects the whole change.
+        self.proxy.update(cfg.clone()).await?;
+        {
+            let mut gslb = self.gslb.lock().await;
+            match gslb.as_ref() {
+                Some(g) => g.update(cfg.clone()).await?,
+                None if !cfg.dns_vservices.is_empty() => {
+                    *gslb = Some(Gslb::start(cfg.clone()).await?)
+                }
+                None => {}
+            }
+        }
         self.config.store(cfg.clone());
-        self.engine.update(&cfg.backend_services, &cfg.health_checks);
-        if let Some(n) = self.network.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        self.engine
+            .update(&cfg.backend_services, &cfg.health_checks);
+        if let Some(n) = self
+            .network
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
             n.update(cfg.clone());
         }
         self.reload.send_modify(|g| *g += 1);
         info!("configuration applied");
         Ok(())
     }
+}
+
+/// What the DNS vServices report (S-GS4).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GslbStatus {
+    /// Every site of every record, with its status.
+    pub sites: Vec<crate::gslb::SiteStatus>,
+    /// Status changes, oldest first.
+    pub transitions: Vec<crate::gslb::SiteTransition>,
+    /// Query counters per DNS vService.
+    pub counters: Vec<crate::gslb::DnsCounters>,
 }
 
 /// A started daemon: its handle and the tasks that keep it current.
@@ -124,12 +184,21 @@ impl Running {
     /// Stops the tasks; the data path (if any) stays attached as last written.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        let network = self.daemon.network.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let network = self
+            .daemon
+            .network
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(n) = network {
             n.shutdown().await;
         }
         for t in self.tasks {
             let _ = t.await;
+        }
+        self.daemon.proxy.shutdown(Duration::from_secs(5)).await;
+        if let Some(g) = self.daemon.gslb.lock().await.take() {
+            g.shutdown().await;
         }
         // Nobody keeps the report current any more.
         if let Some(dir) = &self.daemon.pin_dir {
@@ -138,31 +207,45 @@ impl Running {
     }
 }
 
-/// Starts health checking, reflection and (with `dp`) the Network reflector inside the
-/// current Tokio runtime. Without a data path (a configuration with no Network vService)
-/// everything else runs the same.
-pub fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Running {
+/// Starts health checking, reflection, the L7 proxy and (with `dp`) the Network reflector
+/// inside the current Tokio runtime. Without a data path (a configuration with no Network
+/// vService) everything else runs the same. Fails when an L7 listener cannot bind.
+pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<Running> {
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
     let cfg = Arc::new(cfg);
-    let engine = Arc::new(HealthEngine::start(&cfg.backend_services, &cfg.health_checks));
+    let selections = Arc::new(Published::default());
+    let proxy = Proxy::start(cfg.clone(), selections.clone()).await?;
+    let gslb = match cfg.dns_vservices.is_empty() {
+        true => None,
+        false => Some(Gslb::start(cfg.clone()).await?),
+    };
+    let engine = Arc::new(HealthEngine::start(
+        &cfg.backend_services,
+        &cfg.health_checks,
+    ));
     let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
     let (reload, reload_rx) = watch::channel(0u64);
     let daemon = Arc::new(Daemon {
         config_path,
         config: ArcSwap::new(cfg.clone()),
         engine: engine.clone(),
-        selections: Arc::new(Published::default()),
+        selections,
         l7_view: ArcSwap::from_pointee(View::default()),
         network_status: network.as_ref().map(NetworkReflector::status),
         network: Mutex::new(network),
         pin_dir: pin_dir.clone(),
         reload,
         applying: tokio::sync::Mutex::new(()),
+        proxy,
+        gslb: tokio::sync::Mutex::new(gslb),
     });
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let d = daemon.clone();
-    let cadence = Cadence { down_every: cfg.reflection.l7_delay, up_every: cfg.reflection.l7_delay };
+    let cadence = Cadence {
+        down_every: cfg.reflection.l7_delay,
+        up_every: cfg.reflection.l7_delay,
+    };
     tasks.push(tokio::spawn(reflect(
         engine,
         cadence,
@@ -196,7 +279,11 @@ pub fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Running
             }
         }));
     }
-    Running { daemon, stop, tasks }
+    Ok(Running {
+        daemon,
+        stop,
+        tasks,
+    })
 }
 
 /// Runs until SIGTERM or SIGINT; SIGHUP reloads `config_path`. `dp` is the loaded (or
@@ -208,8 +295,19 @@ pub fn run(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let running = start(dp, cfg, config_path);
+        let api = cfg.api.clone();
+        let running = start(dp, cfg, config_path).await?;
         let daemon = running.daemon.clone();
+        let (api_stop, api_stop_rx) = watch::channel(false);
+        let api_task = {
+            let daemon = daemon.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::api::serve(daemon, api.listen, api.token, api_stop_rx).await
+                {
+                    warn!("the API stopped: {e:#}");
+                }
+            })
+        };
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -223,6 +321,8 @@ pub fn run(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<()
                 _ = int.recv() => break,
             }
         }
+        let _ = api_stop.send(true);
+        let _ = api_task.await;
         running.stop().await;
         info!("exiting; the data path stays attached");
         Ok(())

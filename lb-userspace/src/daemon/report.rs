@@ -86,7 +86,12 @@ pub fn as_health(s: HealthState) -> Health {
     }
 }
 
-pub(crate) fn build_report(cfg: &Config, engine: &HealthEngine, net: &View, l7: &View) -> HealthReport {
+pub(crate) fn build_report(
+    cfg: &Config,
+    engine: &HealthEngine,
+    net: &View,
+    l7: &View,
+) -> HealthReport {
     let snap = engine.snapshot();
     let mut report = HealthReport::default();
     let mut per_server: Vec<(IpAddr, Health)> = Vec::new();
@@ -137,4 +142,3 @@ pub(crate) fn write_report(path: &Path, report: &HealthReport) -> Result<()> {
     std::fs::rename(&tmp, path)?;
     Ok(())
 }
-

@@ -282,7 +282,11 @@ impl Shared {
             return;
         }
         let now = tokio::time::Instant::now();
-        match registry.last_publish.map(|t| t + PUBLISH_GAP).filter(|due| *due > now) {
+        match registry
+            .last_publish
+            .map(|t| t + PUBLISH_GAP)
+            .filter(|due| *due > now)
+        {
             None => {
                 registry.last_publish = Some(now);
                 self.publish(&mut registry);

@@ -92,6 +92,7 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         vservices,
         api: ApiSettings::default(),
         cluster: None,
+        dns_vservices: Vec::new(),
     }
 }
 

@@ -110,7 +110,7 @@ impl Netns {
 }
 
 /// Moves the calling thread into the network namespace bound at `path`.
-pub(crate) fn enter_path(path: &Path) -> Result<()> {
+pub fn enter_path(path: &Path) -> Result<()> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: setns(2) with a valid open fd of a network namespace file; it only changes
     // the calling thread's network namespace.

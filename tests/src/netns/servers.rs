@@ -5,6 +5,8 @@
 //!   The client sends `hold`; the server answers the same line, then echoes every further
 //!   line until the client closes (long-lived connections).
 //! - UDP: every datagram is answered with `<backend name> <local port>`.
+//! - HTTP/1.1 on the same TCP servers (recognised by the request line): every request is
+//!   answered `200 OK` with the body `<backend name> <local port>\n`, keep-alive honoured.
 //!
 //! Every loop is bounded: servers stop when asked (on drop) or after [`MAX_LIFETIME`].
 
@@ -226,6 +228,9 @@ fn serve_tcp(mut stream: TcpStream, answer: &str, stop: &AtomicBool) -> std::io:
     let Some(first) = read_line(&mut stream, &mut pending, stop, started)? else {
         return Ok(());
     };
+    if is_http_request_line(&first) {
+        return serve_http(stream, pending, first, answer, stop, started);
+    }
     stream.write_all(answer.as_bytes())?;
     if first.trim() != "hold" {
         return Ok(());
@@ -234,6 +239,78 @@ fn serve_tcp(mut stream: TcpStream, answer: &str, stop: &AtomicBool) -> std::io:
         stream.write_all(format!("{line}\n").as_bytes())?;
     }
     Ok(())
+}
+
+fn is_http_request_line(line: &str) -> bool {
+    let line = line.trim_end_matches('\r');
+    let mut parts = line.split(' ');
+    let method = parts.next().unwrap_or_default();
+    !method.is_empty()
+        && method.bytes().all(|b| b.is_ascii_uppercase())
+        && parts.next().is_some_and(|target| target.starts_with('/'))
+        && parts.next().is_some_and(|v| v.starts_with("HTTP/1."))
+}
+
+/// Answers HTTP/1.1 requests on one connection until the client closes or asks to.
+fn serve_http(
+    mut stream: TcpStream,
+    mut pending: Vec<u8>,
+    mut request_line: String,
+    answer: &str,
+    stop: &AtomicBool,
+    started: Instant,
+) -> std::io::Result<()> {
+    loop {
+        let head = request_line.trim_end_matches('\r').starts_with("HEAD ");
+        let mut body_len = 0usize;
+        let mut close = false;
+        loop {
+            let Some(line) = read_line(&mut stream, &mut pending, stop, started)? else {
+                return Ok(());
+            };
+            let line = line.trim_end_matches('\r');
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                let value = value.trim();
+                if name.eq_ignore_ascii_case("content-length") {
+                    body_len = value.parse().unwrap_or(0);
+                } else if name.eq_ignore_ascii_case("connection") {
+                    close = value.eq_ignore_ascii_case("close");
+                }
+            }
+        }
+        // Discard the request body.
+        while pending.len() < body_len {
+            let mut buf = [0u8; 4096];
+            match stream.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if expired(stop, started) {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        pending.drain(..body_len);
+        let body = if head { "" } else { answer };
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{body}",
+            answer.len(),
+            if close { "Connection: close\r\n" } else { "" }
+        );
+        stream.write_all(response.as_bytes())?;
+        if close {
+            return Ok(());
+        }
+        match read_line(&mut stream, &mut pending, stop, started)? {
+            Some(next) => request_line = next,
+            None => return Ok(()),
+        }
+    }
 }
 
 fn udp_loop(socket: &UdpSocket, name: &str, port: u16, stop: &AtomicBool) {

@@ -1,0 +1,447 @@
+//! `lb` subcommands that talk to a running daemon's API: set flags, list backends and
+//! vServices, transitions, sessions, reload, cluster. `--json` prints the raw answer.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use hyper::Method;
+use serde_json::{Value, json};
+
+use super::client::ApiClient;
+
+/// Where the API is and how to print.
+#[derive(Args, Clone, Debug)]
+pub struct ApiOpts {
+    /// API base URL.
+    #[arg(long, default_value = "http://127.0.0.1:9180")]
+    pub api: String,
+    /// Bearer token (default: the LB_TOKEN environment variable).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnOff {
+    /// Turn the flag on.
+    On,
+    /// Turn the flag off.
+    Off,
+}
+
+/// A flag of a Backend Service or Group.
+#[derive(Subcommand, Debug)]
+pub enum FlagCommand {
+    /// Maintenance Mode (S-MT): stop new traffic, keep open connections.
+    Maintenance {
+        /// Name.
+        name: String,
+        /// on or off.
+        state: OnOff,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Backup flag (S-BK).
+    Backup {
+        /// Name.
+        name: String,
+        /// on or off.
+        state: OnOff,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+}
+
+/// Session Affinity Manager (S-MT5).
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// List the persistence pins of a vService.
+    List {
+        /// vService name.
+        vservice: String,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Move the pins of one backend to others (before maintenance).
+    Rebalance {
+        /// vService name.
+        vservice: String,
+        /// Backend Service whose pins move.
+        backend: String,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Drop every pin of a vService (Clear All).
+    Clear {
+        /// vService name.
+        vservice: String,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+}
+
+/// Cluster commands (S-CL).
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Synchronize: push this node's configuration to every peer now.
+    Sync {
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Peers, Manual Sync Mode and the last sync result per peer.
+    Status {
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+}
+
+/// Every API subcommand of `lb`.
+#[derive(Subcommand, Debug)]
+pub enum ApiCommand {
+    /// Set a Backend Service's Maintenance or Backup flag (written to the config file).
+    #[command(subcommand)]
+    Backend(FlagCommand),
+    /// Set a Backend Group's Maintenance or Backup flag (written to the config file).
+    #[command(subcommand)]
+    Group(FlagCommand),
+    /// List Backend Services with health, flags and counters.
+    Backends {
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// List vServices with each list's tier and members.
+    Vservices {
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Health transitions and recent checks of a Backend Service (S-HC8).
+    Transitions {
+        /// Backend Service name.
+        name: String,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Session Affinity Manager: list, rebalance, clear persistence pins.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Reload the daemon's configuration file.
+    Reload {
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+    /// Cluster synchronisation.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// Runs one API subcommand to completion (its own small runtime).
+pub fn run(cmd: ApiCommand) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run_async(cmd))
+}
+
+fn on(s: OnOff) -> Value {
+    json!({ "on": matches!(s, OnOff::On) })
+}
+
+async fn run_async(cmd: ApiCommand) -> Result<()> {
+    use ApiCommand as C;
+    let flag = |kind: &'static str, f: FlagCommand| match f {
+        FlagCommand::Maintenance { name, state, opts } => (
+            opts,
+            Method::POST,
+            format!("/api/v1/{kind}/{}/maintenance", enc(&name)),
+            Some(on(state)),
+            Print::Done,
+        ),
+        FlagCommand::Backup { name, state, opts } => (
+            opts,
+            Method::POST,
+            format!("/api/v1/{kind}/{}/backup", enc(&name)),
+            Some(on(state)),
+            Print::Done,
+        ),
+    };
+    let (opts, method, path, body, print) = match cmd {
+        C::Backend(f) => flag("backends", f),
+        C::Group(f) => flag("groups", f),
+        C::Backends { opts } => (
+            opts,
+            Method::GET,
+            "/api/v1/backends".into(),
+            None,
+            Print::Backends,
+        ),
+        C::Vservices { opts } => (
+            opts,
+            Method::GET,
+            "/api/v1/vservices".into(),
+            None,
+            Print::VServices,
+        ),
+        C::Transitions { name, opts } => (
+            opts,
+            Method::GET,
+            format!("/api/v1/backends/{}/transitions", enc(&name)),
+            None,
+            Print::Transitions,
+        ),
+        C::Sessions(SessionsCommand::List { vservice, opts }) => (
+            opts,
+            Method::GET,
+            format!("/api/v1/vservices/{}/sessions", enc(&vservice)),
+            None,
+            Print::Sessions,
+        ),
+        C::Sessions(SessionsCommand::Rebalance {
+            vservice,
+            backend,
+            opts,
+        }) => (
+            opts,
+            Method::POST,
+            format!("/api/v1/vservices/{}/sessions/rebalance", enc(&vservice)),
+            Some(json!({ "backend": backend })),
+            Print::Done,
+        ),
+        C::Sessions(SessionsCommand::Clear { vservice, opts }) => (
+            opts,
+            Method::DELETE,
+            format!("/api/v1/vservices/{}/sessions", enc(&vservice)),
+            None,
+            Print::Done,
+        ),
+        C::Reload { opts } => (
+            opts,
+            Method::POST,
+            "/api/v1/reload".into(),
+            None,
+            Print::Done,
+        ),
+        C::Cluster(ClusterCommand::Sync { opts }) => (
+            opts,
+            Method::POST,
+            "/api/v1/cluster/sync".into(),
+            None,
+            Print::Cluster,
+        ),
+        C::Cluster(ClusterCommand::Status { opts }) => (
+            opts,
+            Method::GET,
+            "/api/v1/cluster".into(),
+            None,
+            Print::Cluster,
+        ),
+    };
+    let token = opts
+        .token
+        .clone()
+        .or_else(|| std::env::var("LB_TOKEN").ok())
+        .filter(|t| !t.is_empty());
+    let client = ApiClient::new(&opts.api, token, Duration::from_secs(30));
+    let answer = client.call(method, &path, body.as_ref()).await?;
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&answer.body)?);
+    } else if answer.ok() {
+        print.show(&answer.body);
+    }
+    if !answer.ok() {
+        if !opts.json {
+            for issue in answer
+                .body
+                .get("issues")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                eprintln!("  {}", issue.as_str().unwrap_or_default());
+            }
+            if let Some(results) = answer.body.get("results") {
+                Print::Cluster.show(&json!({ "results": results }));
+            }
+        }
+        bail!("{}", answer.error_text());
+    }
+    Ok(())
+}
+
+/// Percent-encodes a path segment.
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// How an answer is shown as text.
+enum Print {
+    Done,
+    Backends,
+    VServices,
+    Transitions,
+    Sessions,
+    Cluster,
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
+impl Print {
+    fn show(&self, v: &Value) {
+        match self {
+            Print::Done => {
+                let text = v.as_object().map_or_else(
+                    || s(v),
+                    |o| {
+                        o.iter()
+                            .map(|(k, x)| format!("{k}={}", s(x)))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    },
+                );
+                println!("ok: {text}");
+            }
+            Print::Backends => {
+                println!(
+                    "{:<20} {:<22} {:>6} {:<9} {:<5} {:<6} {:<9} {:>8} {:>10}  used in",
+                    "backend",
+                    "address",
+                    "weight",
+                    "health",
+                    "maint",
+                    "backup",
+                    "server",
+                    "current",
+                    "total"
+                );
+                for b in items(v, "backends") {
+                    let used: Vec<String> = items(b, "used_in")
+                        .map(|u| format!("{}({})", s(&u["vservice"]), s(&u["list"])))
+                        .collect();
+                    println!(
+                        "{:<20} {:<22} {:>6} {:<9} {:<5} {:<6} {:<9} {:>8} {:>10}  {}",
+                        s(&b["name"]),
+                        format!("{}:{}", s(&b["address"]), s(&b["port"])),
+                        s(&b["weight"]),
+                        s(&b["health"]),
+                        if b["maintenance"] == true { "on" } else { "-" },
+                        if b["backup"] == true { "on" } else { "-" },
+                        s(&b["server"]),
+                        s(&b["current_sessions"]),
+                        s(&b["total"]),
+                        used.join(", ")
+                    );
+                }
+            }
+            Print::VServices => {
+                for vs in items(v, "vservices") {
+                    println!(
+                        "{} {} {}:{}",
+                        s(&vs["name"]),
+                        s(&vs["kind"]),
+                        s(&vs["address"]),
+                        s(&vs["ports"])
+                    );
+                    for l in items(vs, "lists") {
+                        let members: Vec<String> = items(l, "members")
+                            .map(|m| {
+                                format!("{}[{},{}]", s(&m["name"]), s(&m["role"]), s(&m["state"]))
+                            })
+                            .collect();
+                        println!(
+                            "  list {:<16} tier {:<9} {}",
+                            s(&l["name"]),
+                            s(&l["tier"]),
+                            members.join(" ")
+                        );
+                    }
+                    if let Some(c) = vs["counters"].as_object() {
+                        let line: Vec<String> =
+                            c.iter().map(|(k, x)| format!("{k}={}", s(x))).collect();
+                        println!("  counters: {}", line.join(" "));
+                    }
+                }
+            }
+            Print::Transitions => {
+                println!(
+                    "{:<15} {:<10} {:<10} {:>8}  reason",
+                    "at_unix_ms", "from", "to", "check_ms"
+                );
+                for t in items(v, "transitions") {
+                    println!(
+                        "{:<15} {:<10} {:<10} {:>8}  {}",
+                        s(&t["at_unix_ms"]),
+                        s(&t["from"]),
+                        s(&t["to"]),
+                        s(&t["check_ms"]),
+                        s(&t["reason"])
+                    );
+                }
+                let checks: Vec<&Value> = items(v, "checks").collect();
+                let failed = checks.iter().filter(|c| c["ok"] == false).count();
+                println!("recent checks: {} ({} failed)", checks.len(), failed);
+            }
+            Print::Sessions => {
+                println!("{:<40} {:<20} idle", "key", "backend");
+                for p in items(v, "pins") {
+                    println!(
+                        "{:<40} {:<20} {}",
+                        s(&p["key"]),
+                        s(&p["backend"]),
+                        s(&p["idle_ms"])
+                    );
+                }
+            }
+            Print::Cluster => {
+                if let Some(m) = v.get("manual_sync") {
+                    println!("enabled={} manual_sync={}", s(&v["enabled"]), s(m));
+                }
+                for p in items(v, "peers") {
+                    let last = &p["last_sync"];
+                    println!(
+                        "peer {:<16} {:<28} last sync: {}",
+                        s(&p["name"]),
+                        s(&p["url"]),
+                        if last.is_null() {
+                            "never".into()
+                        } else {
+                            sync_line(last)
+                        }
+                    );
+                }
+                for r in items(v, "results") {
+                    println!("peer {:<16} {}", s(&r["peer"]), sync_line(r));
+                }
+            }
+        }
+    }
+}
+
+fn sync_line(r: &Value) -> String {
+    if r["ok"] == true {
+        format!("ok at {}", s(&r["at_unix_ms"]))
+    } else {
+        format!("FAILED at {}: {}", s(&r["at_unix_ms"]), s(&r["error"]))
+    }
+}

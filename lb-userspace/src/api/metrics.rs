@@ -1,0 +1,236 @@
+//! `GET /metrics`: Prometheus text exposition of health, admin state, list tiers and the
+//! XDP and proxy counters, for dashboards and alerts.
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use super::ApiState;
+use super::view::Snapshot;
+
+/// Reads one counter of an XDP counter block.
+type CounterOf = fn(&lb_common::Counters) -> u64;
+
+/// Escapes a label value per the exposition format.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Accumulates families, each with its HELP and TYPE lines once.
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+            .collect();
+        let _ = writeln!(self.0, "{name}{{{}}} {value}", labels.join(","));
+    }
+}
+
+/// Renders every family from one snapshot.
+pub(crate) fn render(st: &ApiState) -> String {
+    let snap = Snapshot::take(&st.daemon);
+    let cfg = &snap.cfg;
+    let mut o = Out(String::new());
+
+    o.family(
+        "lb_backend_health",
+        "gauge",
+        "Health decision per Backend Service: 1 for its current state.",
+    );
+    for s in &cfg.backend_services {
+        let h = snap.health(&s.name);
+        for state in ["OK", "Error", "Preparing"] {
+            o.sample(
+                "lb_backend_health",
+                &[("backend", &s.name), ("state", state)],
+                u8::from(h == state),
+            );
+        }
+    }
+    o.family(
+        "lb_backend_maintenance",
+        "gauge",
+        "1 when Maintenance Mode is on (S-MT).",
+    );
+    for s in &cfg.backend_services {
+        o.sample(
+            "lb_backend_maintenance",
+            &[("backend", &s.name)],
+            u8::from(s.maintenance),
+        );
+    }
+    o.family(
+        "lb_backend_backup",
+        "gauge",
+        "1 when the Backup flag is on (S-BK).",
+    );
+    for s in &cfg.backend_services {
+        o.sample(
+            "lb_backend_backup",
+            &[("backend", &s.name)],
+            u8::from(s.backup),
+        );
+    }
+    o.family(
+        "lb_list_tier",
+        "gauge",
+        "Tier serving a list: 0 mains, N backup N, -1 none (S-BK9).",
+    );
+    for vs in &cfg.vservices {
+        for list in snap.lists(vs) {
+            let v: i64 = match list.tier.as_str() {
+                "mains" => 0,
+                t => t
+                    .strip_prefix("backup ")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(-1),
+            };
+            o.sample(
+                "lb_list_tier",
+                &[("vservice", &vs.name), ("list", &list.name)],
+                v,
+            );
+        }
+    }
+    o.family(
+        "lb_health_transitions_total",
+        "counter",
+        "Health transitions recorded (the engine keeps the last 256).",
+    );
+    for s in &cfg.backend_services {
+        let n = st.daemon.engine().transitions(&s.name).len();
+        o.sample("lb_health_transitions_total", &[("backend", &s.name)], n);
+    }
+    if let Some(net) = &snap.net {
+        let per_backend: [(&str, &str, CounterOf); 3] = [
+            (
+                "lb_xdp_packets_total",
+                "Packets forwarded by XDP per backend.",
+                |c| c.packets,
+            ),
+            (
+                "lb_xdp_bytes_total",
+                "Bytes forwarded by XDP per backend.",
+                |c| c.bytes,
+            ),
+            (
+                "lb_xdp_new_flows_total",
+                "New flows scheduled by XDP per backend.",
+                |c| c.new_flows,
+            ),
+        ];
+        for (name, help, get) in per_backend {
+            o.family(name, "counter", help);
+            for vip in &net.vips {
+                for b in &vip.backends {
+                    o.sample(
+                        name,
+                        &[("vservice", &vip.name), ("backend", &b.name)],
+                        get(&b.counters),
+                    );
+                }
+            }
+        }
+        o.family(
+            "lb_xdp_drops_total",
+            "counter",
+            "Packets dropped per Network vService.",
+        );
+        for vip in &net.vips {
+            o.sample(
+                "lb_xdp_drops_total",
+                &[("vservice", &vip.name)],
+                vip.counters.drops,
+            );
+        }
+        o.family("lb_xdp_global_total", "counter", "Global XDP counters.");
+        for (counter, v) in &net.global {
+            o.sample("lb_xdp_global_total", &[("counter", counter)], v);
+        }
+    }
+    if let Some(proxy) = &snap.proxy {
+        o.family(
+            "lb_l7_requests_total",
+            "counter",
+            "Requests (HTTP) or connections (L7 TCP) per backend.",
+        );
+        for (vs, c) in proxy {
+            for (b, v) in &c.backends {
+                o.sample(
+                    "lb_l7_requests_total",
+                    &[("vservice", vs), ("backend", b)],
+                    v[1],
+                );
+            }
+        }
+        o.family(
+            "lb_l7_current_sessions",
+            "gauge",
+            "Open requests or connections per backend.",
+        );
+        for (vs, c) in proxy {
+            for (b, v) in &c.backends {
+                o.sample(
+                    "lb_l7_current_sessions",
+                    &[("vservice", vs), ("backend", b)],
+                    v[0],
+                );
+            }
+        }
+        o.family(
+            "lb_l7_bytes_total",
+            "counter",
+            "Bytes proxied per backend and direction.",
+        );
+        for (vs, c) in proxy {
+            for (b, v) in &c.backends {
+                o.sample(
+                    "lb_l7_bytes_total",
+                    &[("vservice", vs), ("backend", b), ("direction", "in")],
+                    v[2],
+                );
+                o.sample(
+                    "lb_l7_bytes_total",
+                    &[("vservice", vs), ("backend", b), ("direction", "out")],
+                    v[3],
+                );
+            }
+        }
+        o.family(
+            "lb_l7_unavailable_total",
+            "counter",
+            "Requests refused because nothing could serve (S-BK9).",
+        );
+        for (vs, c) in proxy {
+            o.sample(
+                "lb_l7_unavailable_total",
+                &[("vservice", vs)],
+                c.unavailable,
+            );
+        }
+    }
+    o.0
+}
+
+/// `GET /metrics`.
+pub(crate) async fn metrics(State(st): State<ApiState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&st),
+    )
+}

@@ -1,0 +1,135 @@
+//! The control plane over HTTP: the REST API, the Live Stats page and Prometheus metrics.
+//!
+//! Reads come from one snapshot of the running [`Daemon`]; changes (Maintenance, Backup,
+//! reload, a peer's configuration) are written to the configuration file first and then
+//! reloaded, so they survive restarts (S-MT8), and are pushed to cluster peers (S-CL).
+
+mod admin;
+mod auth;
+pub mod cli;
+pub mod client;
+mod cluster;
+mod error;
+mod metrics;
+mod read;
+mod sessions;
+mod ui;
+mod view;
+pub mod write_back;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use axum::Router;
+use axum::http::{StatusCode, Uri};
+use axum::routing::{get, post};
+use tokio::sync::watch;
+use tracing::info;
+
+pub use auth::constant_time_eq;
+pub use error::ApiError;
+
+use crate::daemon::Daemon;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    /// The running daemon.
+    pub daemon: Arc<Daemon>,
+    /// Cluster push bookkeeping.
+    pub cluster: Arc<cluster::ClusterState>,
+    /// One file edit (and its reload) at a time.
+    pub edits: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The router alone (for tests): every route, behind the token check when `token` is set.
+pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
+    let state = ApiState {
+        daemon,
+        cluster: Arc::default(),
+        edits: Arc::default(),
+    };
+    // The page's static files hold no data, and a browser cannot send a bearer token when it
+    // loads a page: they are served without the token; the page sends it on its API calls.
+    let page = Router::new()
+        .route("/", get(ui::index))
+        .route("/ui/app.js", get(ui::app_js))
+        .route("/ui/style.css", get(ui::style_css));
+    let api = Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .route("/api/v1/status", get(read::status))
+        .route("/api/v1/vservices", get(read::vservices))
+        .route("/api/v1/vservices/{name}", get(read::vservice))
+        .route("/api/v1/backends", get(read::backends))
+        .route("/api/v1/backends/{name}", get(read::backend))
+        .route(
+            "/api/v1/backends/{name}/transitions",
+            get(read::transitions),
+        )
+        .route(
+            "/api/v1/backends/{name}/maintenance",
+            post(admin::backend_maintenance),
+        )
+        .route(
+            "/api/v1/backends/{name}/backup",
+            post(admin::backend_backup),
+        )
+        .route("/api/v1/groups", get(read::groups))
+        .route("/api/v1/groups/{name}", get(read::group))
+        .route(
+            "/api/v1/groups/{name}/maintenance",
+            post(admin::group_maintenance),
+        )
+        .route("/api/v1/groups/{name}/backup", post(admin::group_backup))
+        .route("/api/v1/profiles", get(read::profiles))
+        .route("/api/v1/gslb", get(read::gslb))
+        .route("/api/v1/reload", post(admin::reload_handler))
+        .route("/api/v1/stats/live", get(read::live))
+        .route("/api/v1/cluster", get(cluster::status))
+        .route("/api/v1/cluster/sync", post(cluster::sync))
+        .route("/api/v1/cluster/config", post(cluster::receive))
+        .merge(sessions::routes())
+        .fallback(not_found)
+        .with_state(state);
+    let token: Option<Arc<str>> = token.map(Arc::from);
+    page.merge(api.layer(axum::middleware::from_fn_with_state(
+        token,
+        auth::require_token,
+    )))
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no such resource: {}", uri.path()),
+    )
+}
+
+/// Serves the API, the Live Stats page and /metrics until `stop` turns true. Refuses a
+/// non-loopback address without a token: the API changes the configuration.
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    listen: SocketAddr,
+    token: Option<String>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    if !listen.ip().is_loopback() && token.is_none() {
+        bail!("refusing to serve the API on non-loopback {listen} without api.token");
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the API on {listen}"))?;
+    info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
+    let app = router(daemon, token);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            while !*stop.borrow() {
+                if stop.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .context("serving the API")
+}

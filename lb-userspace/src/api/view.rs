@@ -1,0 +1,377 @@
+//! One consistent read of the running daemon (configuration, health, selections, counters)
+//! and the JSON views built from it, shared by the REST resources, Live Stats and metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::{Config, PortSpec, VService, VServiceKind};
+use crate::daemon::{Daemon, HealthReport};
+use crate::network::Status;
+use crate::selection::{ApplyAdmin, Health, ListSelection, Model, Policy, Selections, Tier};
+
+/// L7 counters of one vService, read from the proxy.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct L7Counters {
+    /// Requests (HTTP) or connections (L7 TCP) accepted.
+    pub requests: u64,
+    /// Refused because nothing could serve (S-BK9).
+    pub unavailable: u64,
+    /// Per backend: (current, total, bytes_in, bytes_out).
+    pub backends: BTreeMap<String, [u64; 4]>,
+}
+
+/// Everything one answer needs, read once.
+pub(crate) struct Snapshot {
+    /// The running configuration.
+    pub cfg: Arc<Config>,
+    /// Health decisions and server states.
+    pub report: HealthReport,
+    /// What L7 traffic follows.
+    pub l7: Arc<Selections>,
+    /// XDP counters, when a data path runs and could be read.
+    pub net: Option<Status>,
+    /// Why the XDP counters could not be read.
+    pub net_error: Option<String>,
+    /// Proxy counters by vService, when the proxy runs.
+    pub proxy: Option<BTreeMap<String, L7Counters>>,
+}
+
+impl Snapshot {
+    /// Reads the daemon.
+    pub(crate) fn take(daemon: &Daemon) -> Snapshot {
+        let (net, net_error) = match daemon.network_status() {
+            None => (None, None),
+            Some(Ok(s)) => (Some(s), None),
+            Some(Err(e)) => (None, Some(format!("{e:#}"))),
+        };
+        Snapshot {
+            cfg: daemon.config(),
+            report: daemon.health_report(),
+            l7: daemon.selections(),
+            net,
+            net_error,
+            proxy: super::sessions::l7_counters(daemon),
+        }
+    }
+
+    /// The engine's decision for a service ("OK" for one the engine does not know yet).
+    pub(crate) fn health(&self, name: &str) -> &str {
+        self.report
+            .services
+            .get(name)
+            .map_or("OK", |s| s.state.as_str())
+    }
+
+    /// Selection of every list of `vs`: L7 lists as the proxy follows them, Network lists
+    /// from the health the XDP maps follow (after the S-RF2 delays).
+    pub(crate) fn lists(&self, vs: &VService) -> Vec<ListView> {
+        let mut out = Vec::new();
+        let policy = Policy::for_vservice(vs);
+        if vs.kind.is_network() {
+            let model = Model::from_config(&self.cfg);
+            let health = |n: &str| {
+                let s = self
+                    .report
+                    .services
+                    .get(n)
+                    .map_or("OK", |s| s.network.as_str());
+                parse_health(s)
+            };
+            let sel = model.select_list(&vs.backends, &health, policy);
+            out.push(self.list_view("default", &vs.backends, Some(&sel), policy));
+            return out;
+        }
+        let lists = self.l7.lists.get(&vs.name);
+        out.push(self.list_view("default", &vs.backends, lists.map(|l| &l.default), policy));
+        for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
+            let sel = lists.and_then(|l| l.sets.iter().find(|(n, _)| *n == set.name));
+            out.push(self.list_view(&set.name, &set.backends, sel.map(|(_, s)| s), Policy::FULL));
+        }
+        out
+    }
+
+    fn list_view(
+        &self,
+        name: &str,
+        list: &[String],
+        sel: Option<&ListSelection>,
+        policy: Policy,
+    ) -> ListView {
+        let members = expand(&self.cfg, list)
+            .into_iter()
+            .map(|(member, backup)| {
+                let state = match sel {
+                    Some(s) if s.eligible.iter().any(|e| e.name == member) => "eligible",
+                    Some(s) if s.drained.contains(&member) => "drained",
+                    _ => "down",
+                };
+                let role = if backup && policy.admin == ApplyAdmin::Yes {
+                    "backup"
+                } else {
+                    "main"
+                };
+                MemberView {
+                    name: member,
+                    role,
+                    state,
+                }
+            })
+            .collect();
+        ListView {
+            name: name.to_string(),
+            tier: sel.map_or_else(|| "none".to_string(), |s| tier_name(s.tier)),
+            members,
+        }
+    }
+
+    /// The counters shown for a vService: XDP ones for Network kinds, proxy ones for L7.
+    pub(crate) fn counters(&self, vs: &VService) -> Option<serde_json::Value> {
+        if vs.kind.is_network() {
+            let vip = self.net.as_ref()?.vips.iter().find(|v| v.name == vs.name)?;
+            let c = &vip.counters;
+            return Some(serde_json::json!({
+                "packets": c.packets, "bytes": c.bytes, "new_flows": c.new_flows, "drops": c.drops,
+            }));
+        }
+        let l7 = self.proxy.as_ref()?.get(&vs.name)?;
+        let sum = |i: usize| l7.backends.values().map(|b| b[i]).sum::<u64>();
+        Some(serde_json::json!({
+            "requests": l7.requests, "current": sum(0), "bytes_in": sum(2),
+            "bytes_out": sum(3), "unavailable": l7.unavailable,
+        }))
+    }
+
+    /// A Backend Service as Live Stats and `/backends` show it, or None if unknown.
+    pub(crate) fn backend(&self, name: &str) -> Option<BackendView> {
+        let svc = self.cfg.backend_services.iter().find(|s| s.name == name)?;
+        let rs = self.report.services.get(name);
+        let proxy: Option<[u64; 4]> = self.proxy.as_ref().and_then(|p| {
+            let mut found = None;
+            for vs in p.values() {
+                if let Some(b) = vs.backends.get(name) {
+                    let acc = found.get_or_insert([0u64; 4]);
+                    for i in 0..4 {
+                        acc[i] += b[i];
+                    }
+                }
+            }
+            found
+        });
+        let xdp: Option<[u64; 3]> = self.net.as_ref().and_then(|n| {
+            let mut found = None;
+            for b in n
+                .vips
+                .iter()
+                .flat_map(|v| &v.backends)
+                .filter(|b| b.name == name)
+            {
+                let acc = found.get_or_insert([0u64; 3]);
+                acc[0] += b.counters.packets;
+                acc[1] += b.counters.bytes;
+                acc[2] += b.counters.new_flows;
+            }
+            found
+        });
+        let used_in = used_in(&self.cfg, name);
+        let in_l7 = used_in.iter().any(|u| {
+            self.cfg
+                .vservices
+                .iter()
+                .any(|v| v.name == u.vservice && !v.kind.is_network())
+        });
+        let proxy = proxy.or(if in_l7 && self.proxy.is_some() {
+            Some([0; 4])
+        } else {
+            None
+        });
+        Some(BackendView {
+            name: svc.name.clone(),
+            address: svc.address.to_string(),
+            port: svc.port,
+            weight: svc.weight,
+            health: self.health(name).to_string(),
+            checked: rs.is_some_and(|s| s.checked),
+            maintenance: svc.maintenance,
+            backup: svc.backup,
+            server: self
+                .report
+                .servers
+                .get(&svc.address.to_string())
+                .cloned()
+                .unwrap_or_else(|| "OK".into()),
+            used_in,
+            current_sessions: proxy.map(|p| p[0]),
+            total: proxy.map(|p| p[1]),
+            bytes_in: proxy.map(|p| p[2]),
+            bytes_out: proxy.map(|p| p[3]),
+            packets: xdp.map(|x| x[0]),
+            bytes: xdp.map(|x| x[1]),
+            new_flows: xdp.map(|x| x[2]),
+        })
+    }
+
+    /// A vService with its lists and counters.
+    pub(crate) fn vservice(&self, vs: &VService) -> VServiceView {
+        VServiceView {
+            name: vs.name.clone(),
+            kind: kind_name(vs.kind).to_string(),
+            address: vs.address.to_string(),
+            ports: ports_text(vs.ports),
+            lists: self.lists(vs),
+            counters: self.counters(vs),
+        }
+    }
+}
+
+/// One vService as shown.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct VServiceView {
+    pub name: String,
+    pub kind: String,
+    pub address: String,
+    pub ports: String,
+    pub lists: Vec<ListView>,
+    pub counters: Option<serde_json::Value>,
+}
+
+/// One list (Default or a Conditional set) with its tier and members.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ListView {
+    /// "default" or the set's name.
+    pub name: String,
+    /// "mains", "backup N" (1-based) or "none".
+    pub tier: String,
+    /// Backend Services in list order, groups expanded.
+    pub members: Vec<MemberView>,
+}
+
+/// One member of a list.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct MemberView {
+    pub name: String,
+    /// "main" or "backup".
+    pub role: &'static str,
+    /// "eligible", "drained" or "down".
+    pub state: &'static str,
+}
+
+/// Where a Backend Service (or group) is listed (S-OB2).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub(crate) struct UsedIn {
+    pub vservice: String,
+    /// "default" or the Conditional set's name.
+    pub list: String,
+}
+
+/// A Backend Service with its state and counters (S-OB1).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct BackendView {
+    pub name: String,
+    pub address: String,
+    pub port: u16,
+    pub weight: u32,
+    pub health: String,
+    pub checked: bool,
+    pub maintenance: bool,
+    pub backup: bool,
+    pub server: String,
+    pub used_in: Vec<UsedIn>,
+    pub current_sessions: Option<u64>,
+    pub total: Option<u64>,
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+    pub packets: Option<u64>,
+    pub bytes: Option<u64>,
+    pub new_flows: Option<u64>,
+}
+
+/// The members of a list in order, groups expanded, each once, with its Backup role
+/// (a group's flag decides for its members, as in the selection model).
+pub(crate) fn expand(cfg: &Config, list: &[String]) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Vec::new();
+    let mut push = |name: &str, backup: bool| {
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.to_string(), backup));
+        }
+    };
+    for entry in list {
+        if let Some(s) = cfg.backend_services.iter().find(|s| s.name == *entry) {
+            push(&s.name, s.backup);
+        } else if let Some(g) = cfg.backend_groups.iter().find(|g| g.name == *entry) {
+            for m in &g.members {
+                push(m, g.backup);
+            }
+        }
+    }
+    out
+}
+
+/// Every list that holds `name` directly or, for a Backend Service, through a group.
+pub(crate) fn used_in(cfg: &Config, name: &str) -> Vec<UsedIn> {
+    let holds = |list: &[String]| {
+        list.iter().any(|entry| {
+            entry == name
+                || cfg
+                    .backend_groups
+                    .iter()
+                    .any(|g| g.name == *entry && g.members.iter().any(|m| m == name))
+        })
+    };
+    let mut out = Vec::new();
+    for vs in &cfg.vservices {
+        if holds(&vs.backends) {
+            out.push(UsedIn {
+                vservice: vs.name.clone(),
+                list: "default".into(),
+            });
+        }
+        for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
+            if holds(&set.backends) {
+                out.push(UsedIn {
+                    vservice: vs.name.clone(),
+                    list: set.name.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// "mains", "backup N" (1-based, as operators count) or "none".
+pub(crate) fn tier_name(tier: Tier) -> String {
+    match tier {
+        Tier::Mains => "mains".into(),
+        Tier::Backup(i) => format!("backup {}", i + 1),
+        Tier::None => "none".into(),
+    }
+}
+
+/// The TOML spelling of a vService kind.
+pub(crate) fn kind_name(kind: VServiceKind) -> &'static str {
+    match kind {
+        VServiceKind::TcpL4 => "tcp-l4",
+        VServiceKind::UdpL4 => "udp-l4",
+        VServiceKind::AnyL3 => "any-l3",
+        VServiceKind::Http => "http",
+        VServiceKind::L7Tcp => "l7-tcp",
+    }
+}
+
+/// "80", "1000-2000" or "*".
+pub(crate) fn ports_text(ports: PortSpec) -> String {
+    match ports {
+        PortSpec::Single(p) => p.to_string(),
+        PortSpec::Range(a, b) => format!("{a}-{b}"),
+        PortSpec::Any => "*".into(),
+    }
+}
+
+fn parse_health(s: &str) -> Health {
+    match s {
+        "Error" => Health::Error,
+        "Preparing" => Health::Preparing,
+        _ => Health::Ok,
+    }
+}

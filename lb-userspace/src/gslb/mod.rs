@@ -1,0 +1,187 @@
+//! Global service standby (S-GS): DNS vServices that answer each configured name with the
+//! addresses of the sites whose service is up, standbys only while no active site can
+//! serve, decided at query time from statuses polled from each site daemon's API.
+//!
+//! - `server`: the hickory-server handler (zone, NXDOMAIN/REFUSED/FORMERR, rate limit).
+//! - `policy`: the pure answer choice (S-GS1..3; round robin, weighted, least loaded).
+//! - `poll`: reading a site's `GET /api/v1/stats/live` into a status (S-GS4).
+//! - `status`: statuses and their transition log.
+//! - `rate`: the per-source query limit.
+//! - `instance`: one running DNS vService and its reload.
+
+mod instance;
+pub mod policy;
+pub mod poll;
+mod rate;
+mod server;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Mutex;
+
+use crate::config::Config;
+
+use instance::Instance;
+use server::Shared;
+
+pub use rate::RateLimiter;
+pub use status::{SiteKey, SiteState, SiteStatus, SiteTransition};
+
+/// Query counters of one DNS vService (a snapshot), for the API and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DnsCounters {
+    /// DNS vService name.
+    pub dns_vservice: String,
+    /// Queries that reached the handler (rate-limited ones included).
+    pub queries: u64,
+    /// Answers with at least one address.
+    pub answered: u64,
+    /// Answers naming a standby site.
+    pub standby_answers: u64,
+    /// NOERROR answers without records.
+    pub no_data: u64,
+    /// NXDOMAIN answers.
+    pub nxdomain: u64,
+    /// REFUSED answers.
+    pub refused: u64,
+    /// FORMERR answers given by the handler (hickory-server answers undecodable messages
+    /// with FORMERR itself, before they are counted here).
+    pub formerr: u64,
+    /// NOTIMP answers.
+    pub notimp: u64,
+    /// Queries dropped by the per-source rate limit.
+    pub rate_limited: u64,
+}
+
+/// Runs every DNS vService of a configuration; [`Gslb::update`] applies a reload.
+pub struct Gslb {
+    instances: Mutex<HashMap<String, Instance>>,
+    /// What the synchronous readers see, in configuration order.
+    published: ArcSwap<Vec<(String, Arc<Shared>)>>,
+}
+
+impl Gslb {
+    /// Starts every DNS vService of `cfg` (binding its UDP and TCP sockets and polling its
+    /// sites once). Fails, stopping what it started, when a listener cannot be bound.
+    pub async fn start(cfg: Arc<Config>) -> anyhow::Result<Gslb> {
+        let gslb = Gslb {
+            instances: Mutex::new(HashMap::new()),
+            published: ArcSwap::from_pointee(Vec::new()),
+        };
+        if let Err(error) = gslb.update(cfg).await {
+            gslb.shutdown().await;
+            return Err(error);
+        }
+        Ok(gslb)
+    }
+
+    /// Applies a reloaded configuration: unchanged listeners keep serving (no socket is
+    /// closed), statuses of unchanged site services are kept, new DNS vServices start and
+    /// removed ones stop. Returns the first error (e.g. a new port that cannot be bound);
+    /// the other DNS vServices are still updated.
+    pub async fn update(&self, cfg: Arc<Config>) -> anyhow::Result<()> {
+        let mut instances = self.instances.lock().await;
+        let mut first_error = None;
+        let wanted: Vec<&str> = cfg.dns_vservices.iter().map(|d| d.name.as_str()).collect();
+        let gone: Vec<String> = instances
+            .keys()
+            .filter(|name| !wanted.contains(&name.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(instance) = instances.remove(&name) {
+                instance.stop().await;
+            }
+        }
+        for dns in &cfg.dns_vservices {
+            let listen = std::net::SocketAddr::new(dns.address, dns.port);
+            if let Some(instance) = instances.get_mut(&dns.name)
+                && instance.listen == listen
+            {
+                instance.reconfigure(dns.clone()).await;
+                continue;
+            }
+            if let Some(old) = instances.remove(&dns.name) {
+                old.stop().await;
+            }
+            match Instance::start(dns.clone()).await {
+                Ok(instance) => {
+                    instances.insert(dns.name.clone(), instance);
+                }
+                Err(error) => {
+                    tracing::error!("{error:#}");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let published = cfg
+            .dns_vservices
+            .iter()
+            .filter_map(|d| {
+                instances
+                    .get(&d.name)
+                    .map(|i| (d.name.clone(), i.shared.clone()))
+            })
+            .collect();
+        self.published.store(Arc::new(published));
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Site status per site service (S-GS4), for the API and the Live Stats page.
+    pub fn status(&self) -> Vec<SiteStatus> {
+        self.published
+            .load()
+            .iter()
+            .flat_map(|(_, shared)| shared.board.statuses())
+            .collect()
+    }
+
+    /// Status changes of every site service, oldest first per DNS vService.
+    pub fn transitions(&self) -> Vec<SiteTransition> {
+        self.published
+            .load()
+            .iter()
+            .flat_map(|(_, shared)| shared.board.transitions())
+            .collect()
+    }
+
+    /// Query counters per DNS vService.
+    pub fn counters(&self) -> Vec<DnsCounters> {
+        self.published
+            .load()
+            .iter()
+            .map(|(name, shared)| {
+                let c = &shared.counters;
+                let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+                DnsCounters {
+                    dns_vservice: name.clone(),
+                    queries: get(&c.queries),
+                    answered: get(&c.answered),
+                    standby_answers: get(&c.standby_answers),
+                    no_data: get(&c.no_data),
+                    nxdomain: get(&c.nxdomain),
+                    refused: get(&c.refused),
+                    formerr: get(&c.formerr),
+                    notimp: get(&c.notimp),
+                    rate_limited: get(&c.rate_limited),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops every DNS vService.
+    pub async fn shutdown(self) {
+        self.published.store(Arc::new(Vec::new()));
+        let instances = self.instances.into_inner();
+        for (_, instance) in instances {
+            instance.stop().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

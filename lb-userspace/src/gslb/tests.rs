@@ -1,0 +1,251 @@
+//! Unit tests of the answer policy (S-GS1..3) and of reading a site's stats (S-GS4).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use serde_json::json;
+
+use crate::config::{DnsPolicy, DnsRecord, SiteService};
+
+use super::policy::{Family, View, choose};
+use super::poll::evaluate;
+use super::status::SiteState;
+
+fn site(name: &str, last_octet: u8, standby: bool, weight: u32) -> SiteService {
+    SiteService {
+        name: name.into(),
+        ipv4: Some([192, 0, 2, last_octet].into()),
+        ipv6: None,
+        api: "http://127.0.0.1:1".into(),
+        token: None,
+        vservice: "web".into(),
+        standby,
+        weight,
+    }
+}
+
+fn record(policy: DnsPolicy, answers: u32, sites: Vec<SiteService>) -> DnsRecord {
+    DnsRecord {
+        name: "www.gslb.example.".into(),
+        policy,
+        answers,
+        sites,
+    }
+}
+
+fn view(state: SiteState, sessions: Option<u64>) -> View {
+    View { state, sessions }
+}
+
+fn ok() -> View {
+    view(SiteState::Ok, Some(0))
+}
+
+fn ip(last_octet: u8) -> IpAddr {
+    IpAddr::from([192, 0, 2, last_octet])
+}
+
+/// S-GS1: while an active site can serve, the standby is never handed out.
+#[test]
+fn s_gs1_standby_dark_while_an_active_serves() {
+    let rec = record(
+        DnsPolicy::RoundRobin,
+        4,
+        vec![
+            site("a", 1, false, 1),
+            site("b", 2, false, 1),
+            site("s", 9, true, 1),
+        ],
+    );
+    let views = [view(SiteState::NoServices, Some(0)), ok(), ok()];
+    for turn in 0..10 {
+        assert_eq!(choose(&rec, &views, Family::V4, turn), vec![ip(2)]);
+    }
+}
+
+/// S-GS1: when every active site has failed, the standby is answered.
+#[test]
+fn s_gs1_standby_answers_when_every_active_failed() {
+    let rec = record(
+        DnsPolicy::Weighted,
+        4,
+        vec![
+            site("a", 1, false, 1),
+            site("s1", 8, true, 1),
+            site("s2", 9, true, 1),
+        ],
+    );
+    let views = [
+        view(SiteState::NoServices, None),
+        ok(),
+        view(SiteState::NoServices, None),
+    ];
+    assert_eq!(choose(&rec, &views, Family::V4, 0), vec![ip(8)]);
+    // No site at all can serve: an empty answer, never a failed site.
+    let none = [view(SiteState::NoServices, None); 3];
+    assert!(choose(&rec, &none, Family::V4, 0).is_empty());
+}
+
+/// S-GS2/S-GS3: the decision is made per query from the statuses of that moment: the
+/// query after the recovery no longer names the standby.
+#[test]
+fn s_gs2_recovered_active_replaces_the_standby_on_the_next_query() {
+    let rec = record(
+        DnsPolicy::RoundRobin,
+        1,
+        vec![site("a", 1, false, 1), site("s", 9, true, 1)],
+    );
+    let failed = [view(SiteState::NoServices, None), ok()];
+    let recovered = [ok(), ok()];
+    assert_eq!(choose(&rec, &failed, Family::V4, 0), vec![ip(9)]);
+    assert_eq!(choose(&rec, &recovered, Family::V4, 1), vec![ip(1)]);
+}
+
+/// S-GS4: unknown statuses (No Metrics, No Connection) take part only in plain round
+/// robin; weighted and least loaded need an OK site, else they fall back to the standby.
+#[test]
+fn s_gs4_unknown_status_only_in_plain_round_robin() {
+    let sites = vec![
+        site("a", 1, false, 1),
+        site("b", 2, false, 1),
+        site("s", 9, true, 1),
+    ];
+    let views = [
+        view(SiteState::NoConnection, None),
+        view(SiteState::NoMetrics, None),
+        ok(),
+    ];
+    let rr = record(DnsPolicy::RoundRobin, 4, sites.clone());
+    let mut got = choose(&rr, &views, Family::V4, 0);
+    got.sort();
+    assert_eq!(got, vec![ip(1), ip(2)]);
+    for policy in [DnsPolicy::Weighted, DnsPolicy::LeastLoaded] {
+        let rec = record(policy, 4, sites.clone());
+        assert_eq!(
+            choose(&rec, &views, Family::V4, 0),
+            vec![ip(9)],
+            "{policy:?}"
+        );
+    }
+}
+
+/// Round robin: each active site comes first in turn.
+#[test]
+fn s_gs_round_robin_rotates() {
+    let rec = record(
+        DnsPolicy::RoundRobin,
+        1,
+        vec![
+            site("a", 1, false, 1),
+            site("b", 2, false, 1),
+            site("c", 3, false, 1),
+        ],
+    );
+    let views = [ok(), ok(), ok()];
+    let firsts: Vec<IpAddr> = (0..6)
+        .flat_map(|t| choose(&rec, &views, Family::V4, t))
+        .collect();
+    assert_eq!(firsts, vec![ip(1), ip(2), ip(3), ip(1), ip(2), ip(3)]);
+    let two = record(DnsPolicy::RoundRobin, 2, rec.sites.clone());
+    assert_eq!(choose(&two, &views, Family::V4, 2), vec![ip(3), ip(1)]);
+}
+
+/// Weighted: over one cycle, each site comes first exactly its weight times.
+#[test]
+fn s_gs_weighted_in_proportion() {
+    let rec = record(
+        DnsPolicy::Weighted,
+        1,
+        vec![
+            site("a", 1, false, 3),
+            site("b", 2, false, 1),
+            site("c", 3, false, 2),
+        ],
+    );
+    let views = [ok(), ok(), ok()];
+    let mut counts: HashMap<IpAddr, u32> = HashMap::new();
+    for turn in 0..60 {
+        for address in choose(&rec, &views, Family::V4, turn) {
+            *counts.entry(address).or_default() += 1;
+        }
+    }
+    assert_eq!(counts[&ip(1)], 30);
+    assert_eq!(counts[&ip(2)], 10);
+    assert_eq!(counts[&ip(3)], 20);
+}
+
+/// Least loaded: the site with the fewest current sessions comes first.
+#[test]
+fn s_gs_least_loaded_first() {
+    let rec = record(
+        DnsPolicy::LeastLoaded,
+        3,
+        vec![
+            site("a", 1, false, 1),
+            site("b", 2, false, 1),
+            site("c", 3, false, 1),
+        ],
+    );
+    let views = [
+        view(SiteState::Ok, Some(40)),
+        view(SiteState::Ok, Some(5)),
+        view(SiteState::Ok, Some(12)),
+    ];
+    for turn in 0..5 {
+        assert_eq!(
+            choose(&rec, &views, Family::V4, turn),
+            vec![ip(2), ip(3), ip(1)]
+        );
+    }
+}
+
+/// AAAA answers use the sites' IPv6 addresses only.
+#[test]
+fn s_gs_families_are_separate() {
+    let mut v6 = site("b", 2, false, 1);
+    v6.ipv4 = None;
+    v6.ipv6 = Some("2001:db8::2".parse().unwrap());
+    let rec = record(DnsPolicy::RoundRobin, 4, vec![site("a", 1, false, 1), v6]);
+    let views = [ok(), ok()];
+    assert_eq!(choose(&rec, &views, Family::V4, 0), vec![ip(1)]);
+    assert_eq!(
+        choose(&rec, &views, Family::V6, 0),
+        vec!["2001:db8::2".parse::<IpAddr>().unwrap()]
+    );
+}
+
+fn live(tier: &str, counters: serde_json::Value, sessions: serde_json::Value) -> serde_json::Value {
+    json!({
+        "generated_unix_ms": 1,
+        "vservices": [{"name": "web", "kind": "http", "address": "127.0.0.1", "ports": "80",
+            "lists": [{"name": "default", "tier": tier, "members": []}],
+            "counters": counters}],
+        "backends": [{"name": "b1", "used_in": [{"vservice": "web", "list": "default"}],
+                      "current_sessions": sessions},
+                     {"name": "b2", "used_in": [{"vservice": "other", "list": "default"}],
+                      "current_sessions": 100}]
+    })
+}
+
+/// S-GS4: the four statuses as read from a site's live stats.
+#[test]
+fn s_gs4_statuses_from_live_stats() {
+    let counters =
+        json!({"requests": 9, "current": 7, "bytes_in": 0, "bytes_out": 0, "unavailable": 0});
+    let seen = evaluate(&live("mains", counters.clone(), json!(3)), "web");
+    assert_eq!((seen.state, seen.sessions), (SiteState::Ok, Some(7)));
+    let seen = evaluate(&live("backup 1", json!(null), json!(3)), "web");
+    assert_eq!((seen.state, seen.sessions), (SiteState::Ok, Some(3)));
+    let seen = evaluate(&live("none", counters.clone(), json!(0)), "web");
+    assert_eq!(seen.state, SiteState::NoServices);
+    let seen = evaluate(&live("mains", json!(null), json!(null)), "web");
+    assert_eq!(seen.state, SiteState::NoMetrics);
+    assert!(
+        seen.reason.contains("no session counters"),
+        "{}",
+        seen.reason
+    );
+    let seen = evaluate(&live("mains", counters, json!(0)), "absent");
+    assert_eq!(seen.state, SiteState::NoMetrics);
+    assert!(seen.reason.contains("does not report vservice `absent`"));
+}

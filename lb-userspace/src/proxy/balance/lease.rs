@@ -1,0 +1,78 @@
+//! A granted slot on a backend, and the per-backend state it holds on to.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::limit::Gate;
+use super::stats::{self, Counters};
+
+/// One backend's limit, queue and counters within a pool.
+#[derive(Debug, Default)]
+pub(crate) struct Backend {
+    /// Connection limit and queue.
+    pub gate: Gate,
+    /// Running totals.
+    pub counters: Counters,
+}
+
+/// A granted slot on a backend: counts as one current session until dropped, when the slot
+/// goes to the backend's longest waiter.
+#[derive(Debug)]
+pub struct Lease {
+    name: String,
+    addr: SocketAddr,
+    set_cookie: Option<String>,
+    backend: Arc<Backend>,
+}
+
+impl Lease {
+    /// Wraps a slot already taken on `backend` (counted in `total` here).
+    pub(crate) fn new(
+        name: String,
+        addr: SocketAddr,
+        set_cookie: Option<String>,
+        backend: Arc<Backend>,
+    ) -> Lease {
+        stats::add(&backend.counters.total, 1);
+        Lease {
+            name,
+            addr,
+            set_cookie,
+            backend,
+        }
+    }
+
+    /// Name of the Backend Service to forward to.
+    pub fn backend(&self) -> &str {
+        &self.name
+    }
+
+    /// Address of the Backend Service to connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Cookie persistence: the cookie value to Set-Cookie on the response when the client was
+    /// (re)pinned by this pick (None when its cookie was already right or no cookie
+    /// persistence).
+    pub fn set_cookie(&self) -> Option<&str> {
+        self.set_cookie.as_deref()
+    }
+
+    /// Adds transferred bytes to the backend's counters.
+    pub fn add_bytes(&self, from_client: u64, to_client: u64) {
+        stats::add(&self.backend.counters.bytes_in, from_client);
+        stats::add(&self.backend.counters.bytes_out, to_client);
+    }
+
+    /// Marks the request/connection as failed (upstream error, aborted mid-response).
+    pub fn fail(&self) {
+        stats::add(&self.backend.counters.failures, 1);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.backend.gate.leave();
+    }
+}

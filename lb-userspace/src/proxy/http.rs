@@ -1,0 +1,143 @@
+//! One client connection of an HTTP vService: TLS (ALPN) or plain, HTTP/1.1 or HTTP/2 (h2c by
+//! preface), served by hyper with the vService's timeouts and header limits.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::forward;
+use super::listener::{Phase, closing};
+use super::runtime::VsRuntime;
+use crate::config::Timeouts;
+
+/// Request line plus headers larger than this are refused with 431 (HTTP/1.1) or a stream
+/// error (HTTP/2).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The HTTP/2 connection preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serves one accepted connection until it closes; never panics on client input.
+pub(crate) async fn serve(
+    rt: Arc<VsRuntime>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    phase: watch::Receiver<Phase>,
+) {
+    let settings = rt.settings.load_full();
+    let timeouts = settings.l7.timeouts;
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "set_nodelay failed");
+    }
+    match settings.tls.clone() {
+        Some(acceptor) => {
+            let tls = match tokio::time::timeout(timeouts.client, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            run(rt, tls, peer, true, h2, phase, timeouts).await;
+        }
+        None => match sniff_h2(&stream, timeouts.client).await {
+            Some(h2) => run(rt, stream, peer, false, h2, phase, timeouts).await,
+            None => tracing::debug!(%peer, "client sent nothing in time"),
+        },
+    }
+}
+
+/// Tells HTTP/2 with prior knowledge (h2c) from HTTP/1.x by the first bytes, without
+/// consuming them. None when the client closes or stays silent past `limit` (slowloris).
+async fn sniff_h2(stream: &TcpStream, limit: Duration) -> Option<bool> {
+    let sniff = async {
+        let mut buf = [0u8; PREFACE.len()];
+        loop {
+            let n = stream.peek(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            if buf[..n] != PREFACE[..n] {
+                return Some(false);
+            }
+            if n == PREFACE.len() {
+                return Some(true);
+            }
+            // A partial preface: peek again once more bytes may have arrived.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(limit, sniff).await.ok().flatten()
+}
+
+async fn run<I>(
+    rt: Arc<VsRuntime>,
+    io: I,
+    peer: SocketAddr,
+    tls: bool,
+    h2: bool,
+    phase: watch::Receiver<Phase>,
+    timeouts: Timeouts,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service_rt = rt.clone();
+    let service = service_fn(move |req| {
+        let rt = service_rt.clone();
+        async move { Ok::<_, Infallible>(forward::handle(rt, peer, tls, req).await) }
+    });
+    let io = TokioIo::new(io);
+    let result = if h2 {
+        let conn = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .serve_connection(io, service);
+        drive(conn, |c| c.graceful_shutdown(), phase).await
+    } else {
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(timeouts.client)
+            .max_header_size(MAX_HEADER_BYTES)
+            .max_buf_size(2 * MAX_HEADER_BYTES)
+            .keep_alive(true)
+            .serve_connection(io, service);
+        drive(conn, |c| c.graceful_shutdown(), phase).await
+    };
+    if let Err(error) = result {
+        if error.is_parse() {
+            rt.counters.count_bad_request();
+        }
+        tracing::debug!(vservice = %rt.name, %peer, %error, "client connection ended with an error");
+    }
+}
+
+/// Runs a connection to its end; when the listener closes, asks it to finish in-flight
+/// requests and close (graceful shutdown).
+async fn drive<C>(
+    conn: C,
+    shutdown: fn(Pin<&mut C>),
+    mut phase: watch::Receiver<Phase>,
+) -> Result<(), hyper::Error>
+where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
+    tokio::pin!(conn);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => return result,
+            () = closing(&mut phase), if !draining => {
+                draining = true;
+                shutdown(conn.as_mut());
+            }
+        }
+    }
+}

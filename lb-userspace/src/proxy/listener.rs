@@ -1,0 +1,93 @@
+//! One vService's accept loop and the lifetime of its connections.
+//!
+//! A listener runs until it is told to close: it then stops accepting, asks HTTP connections
+//! to finish their in-flight requests and close, lets L7 TCP connections run until they end on
+//! their own (S-MT1), and ends when the last connection has. Aborting the task cuts them all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::runtime::VsRuntime;
+use crate::config::VServiceKind;
+
+/// What connections of a listener should do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Serve normally.
+    Running,
+    /// The listener stopped accepting: HTTP connections close after in-flight requests.
+    Closing,
+}
+
+/// A running listener.
+pub(crate) struct Listener {
+    /// The vService it serves.
+    pub(crate) rt: Arc<VsRuntime>,
+    /// The bound socket (shared so a reload can hand it to a successor without a gap).
+    pub(crate) socket: Arc<TcpListener>,
+    phase: watch::Sender<Phase>,
+    task: JoinHandle<()>,
+}
+
+impl Listener {
+    /// Starts accepting on `socket` for `rt`.
+    pub(crate) fn spawn(rt: Arc<VsRuntime>, socket: Arc<TcpListener>) -> Listener {
+        let (phase, rx) = watch::channel(Phase::Running);
+        let task = tokio::spawn(accept_loop(rt.clone(), socket.clone(), rx));
+        Listener {
+            rt,
+            socket,
+            phase,
+            task,
+        }
+    }
+
+    /// Stops accepting; returns the task, which ends when the last connection has.
+    pub(crate) fn close(self) -> JoinHandle<()> {
+        self.phase.send_replace(Phase::Closing);
+        self.task
+    }
+}
+
+async fn accept_loop(
+    rt: Arc<VsRuntime>,
+    socket: Arc<TcpListener>,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let conn_phase = phase.clone();
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = socket.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let rt = rt.clone();
+                    let phase = conn_phase.clone();
+                    match rt.kind {
+                        VServiceKind::L7Tcp => conns.spawn(super::tcp::serve(rt, stream, peer)),
+                        _ => conns.spawn(super::http::serve(rt, stream, peer, phase)),
+                    };
+                }
+                Err(error) => {
+                    // Typically out of file descriptors: back off instead of spinning.
+                    tracing::warn!(vservice = %rt.name, %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            () = closing(&mut phase) => break,
+        }
+    }
+    drop(socket);
+    tracing::info!(vservice = %rt.name, open = conns.len(), "listener closed; open connections finish");
+    while conns.join_next().await.is_some() {}
+}
+
+/// Returns once the listener is closing (or its owner is gone).
+pub(crate) async fn closing(phase: &mut watch::Receiver<Phase>) {
+    // The guard `wait_for` returns is dropped here, so callers' futures stay `Send`.
+    let _ = phase.wait_for(|p| *p == Phase::Closing).await.is_ok();
+}

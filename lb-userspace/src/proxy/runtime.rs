@@ -1,0 +1,114 @@
+//! The live state of one L7 vService shared by its listener and every connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+
+use super::balance::{BackendInfo, Pool};
+use super::settings::VsSettings;
+use crate::config::VServiceKind;
+use crate::selection::{ListSelection, Published, Selections, Tier};
+
+/// Counters of one vService (S-OB1), beside the pool's per-backend ones.
+#[derive(Debug, Default)]
+pub(crate) struct VsCounters {
+    requests: AtomicU64,
+    bad_requests: AtomicU64,
+    unavailable: AtomicU64,
+    upstream_aborts: AtomicU64,
+}
+
+impl VsCounters {
+    /// One more request (HTTP) or connection (L7 TCP).
+    pub(crate) fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One more malformed request (answered 400/431 by the HTTP server).
+    pub(crate) fn count_bad_request(&self) {
+        self.bad_requests.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One more 503 or closed-at-once connection (S-BK9, queue full or timeout).
+    pub(crate) fn count_unavailable(&self) {
+        self.unavailable.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One more response or connection a backend cut short.
+    pub(crate) fn count_abort(&self) {
+        self.upstream_aborts.fetch_add(1, Ordering::Relaxed);
+    }
+    /// (requests, bad requests, unavailable, upstream aborts).
+    pub(crate) fn read(&self) -> (u64, u64, u64, u64) {
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.bad_requests.load(Ordering::Relaxed),
+            self.unavailable.load(Ordering::Relaxed),
+            self.upstream_aborts.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One running vService.
+pub(crate) struct VsRuntime {
+    /// vService name (the key in the selection snapshot).
+    pub(crate) name: String,
+    /// Http or L7Tcp.
+    pub(crate) kind: VServiceKind,
+    /// Bound address.
+    pub(crate) listen: SocketAddr,
+    /// Balancing state shared by all connections.
+    pub(crate) pool: Arc<Pool>,
+    /// Settings swapped whole on reload.
+    pub(crate) settings: ArcSwap<VsSettings>,
+    /// Counters.
+    pub(crate) counters: Arc<VsCounters>,
+    /// The selection snapshot the daemon publishes.
+    pub(crate) selections: Arc<Published>,
+}
+
+/// The list to use when the snapshot does not know the vService yet: nothing is available.
+static EMPTY: ListSelection = ListSelection {
+    tier: Tier::None,
+    eligible: Vec::new(),
+    drained: Vec::new(),
+    down: Vec::new(),
+};
+
+impl VsRuntime {
+    /// The current snapshot (hold it across the pick; it is immutable).
+    pub(crate) fn snapshot(&self) -> Arc<Selections> {
+        self.selections.load()
+    }
+
+    /// The selection of one list of this vService in `snap`: the Default list (`None`) or a
+    /// Conditional set's own list (S-BK6).
+    pub(crate) fn list<'a>(&self, snap: &'a Selections, set: Option<&str>) -> &'a ListSelection {
+        let Some(vs) = snap.lists.get(&self.name) else {
+            return &EMPTY;
+        };
+        match set {
+            None => &vs.default,
+            Some(set) => vs
+                .sets
+                .iter()
+                .find(|(name, _)| name == set)
+                .map_or(&EMPTY, |(_, sel)| sel),
+        }
+    }
+
+    /// Rebalance (S-MT5): moves the pins of `backend` onto the other eligible backends of the
+    /// first list (Default, then the sets) that has it as a member.
+    pub(crate) fn rebalance(&self, backend: &str) -> usize {
+        let snap = self.snapshot();
+        let settings = self.settings.load();
+        let sets = settings.set_info.keys().map(|s| Some(s.as_str()));
+        let list = std::iter::once(None)
+            .chain(sets)
+            .find(|set| settings.info(*set).contains_key(backend));
+        let set = list.flatten();
+        let sel = self.list(&snap, set);
+        let infos = settings.info(set);
+        let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
+        self.pool.rebalance(backend, sel, &info)
+    }
+}

@@ -1,0 +1,151 @@
+//! One client connection of an L7 TCP vService: pick a backend (source-IP persistence only),
+//! connect, copy bytes both ways with half-close until either side is done or the pair stays
+//! idle past the client timeout.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::balance::{BackendInfo, Lease};
+use super::runtime::VsRuntime;
+
+/// Serves one accepted connection; nothing available closes the client at once (S-BK9).
+pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAddr) {
+    rt.counters.count_request();
+    let settings = rt.settings.load_full();
+    let timeouts = settings.l7.timeouts;
+    let snap = rt.snapshot();
+    let sel = rt.list(&snap, None);
+    let infos = settings.info(None);
+    let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
+    let lease = match rt
+        .pool
+        .acquire(sel, &info, peer.ip().to_canonical(), None)
+        .await
+    {
+        Ok(lease) => Arc::new(lease),
+        Err(error) => {
+            tracing::debug!(vservice = %rt.name, %peer, %error, "closing the client");
+            rt.counters.count_unavailable();
+            return;
+        }
+    };
+    drop(snap);
+    let backend = match tokio::time::timeout(timeouts.connect, TcpStream::connect(lease.addr()))
+        .await
+    {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
+            return lease.fail();
+        }
+        Err(_) => {
+            tracing::debug!(vservice = %rt.name, backend = lease.backend(), "connect timed out");
+            return lease.fail();
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = backend.set_nodelay(true);
+    let origin = Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let mut client = Tracked::new(client, lease.clone(), true, origin, last.clone());
+    let mut backend = Tracked::new(backend, lease.clone(), false, origin, last.clone());
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
+    tokio::select! {
+        result = copy => if let Err(error) = result {
+            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connection ended with an error");
+            lease.fail();
+        },
+        () = idle_cut(origin, &last, timeouts.client) => {
+            tracing::debug!(vservice = %rt.name, %peer, "idle past the client timeout: closed");
+        }
+    }
+}
+
+/// Returns once neither side has sent anything for `limit`.
+async fn idle_cut(origin: Instant, last: &AtomicU64, limit: Duration) {
+    loop {
+        let since = Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = origin + since + limit;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// A stream that counts the bytes read from it on the lease and stamps the last activity.
+struct Tracked {
+    inner: TcpStream,
+    lease: Arc<Lease>,
+    from_client: bool,
+    origin: Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl Tracked {
+    fn new(
+        inner: TcpStream,
+        lease: Arc<Lease>,
+        from_client: bool,
+        origin: Instant,
+        last: Arc<AtomicU64>,
+    ) -> Tracked {
+        Tracked {
+            inner,
+            lease,
+            from_client,
+            origin,
+            last,
+        }
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        if n > 0 {
+            let now = this.origin.elapsed().as_millis() as u64;
+            this.last.fetch_max(now, Ordering::Relaxed);
+            if this.from_client {
+                this.lease.add_bytes(n, 0);
+            } else {
+                this.lease.add_bytes(0, n);
+            }
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}

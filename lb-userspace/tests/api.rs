@@ -1,0 +1,781 @@
+//! The REST API against a REAL daemon (no XDP): backends are TCP listeners on 127.0.0.1
+//! checked by a tcp health check; the API is served on a loopback port.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use lb::api::client::{Answer, ApiClient};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A backend that accepts and closes connections (enough for a tcp check).
+async fn backend() -> (u16, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            drop(s);
+        }
+    });
+    (port, task)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Node {
+    dir: PathBuf,
+    path: PathBuf,
+    url: String,
+    running: Option<lb::daemon::Running>,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _backends: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Node {
+    fn client(&self, token: Option<&str>) -> ApiClient {
+        ApiClient::new(
+            &self.url,
+            token.map(str::to_string),
+            Duration::from_secs(20),
+        )
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.client(Some(TOKEN))
+            .call(Method::GET, path, None)
+            .await
+            .unwrap()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.client(Some(TOKEN))
+            .call(Method::POST, path, Some(&body))
+            .await
+            .unwrap()
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap()
+    }
+
+    async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.server).await;
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "lb-api-{tag}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The configuration of one node: b1, b2 mains and spare as backup of an l7-tcp vService,
+/// an http vService with a Conditional set, a group g, and optional cluster peers.
+fn config(api_port: u16, ports: &[u16], cluster: &str) -> String {
+    format!(
+        r#"# top comment: must survive write-back
+[api]
+listen = "127.0.0.1:{api_port}"
+token = "{TOKEN}"
+
+[reflection]
+l7_delay = 0.1
+
+[[health_check]]
+name = "tcp1"
+type = "tcp"
+period = 1
+timeout = 1
+required_successes = 1
+required_failures = 1
+
+[[backend_service]]
+name = "b1" # first main
+address = "127.0.0.1"
+port = {p1}
+health_check = "tcp1"
+
+[[backend_service]]
+name = "b2"
+address = "127.0.0.1"
+port = {p2}
+health_check = "tcp1"
+maintenance = false # b2 comment
+
+[[backend_service]]
+name = "spare"
+address = "127.0.0.1"
+port = {p3}
+backup = true
+
+[[backend_service]]
+name = "g1"
+address = "127.0.0.2"
+port = {p1}
+
+[[backend_group]]
+name = "g"
+members = ["g1"]
+
+{vservices}
+{cluster}"#,
+        p1 = ports[0],
+        p2 = ports[1],
+        p3 = ports[2],
+        vservices = vservices(cluster),
+    )
+}
+
+/// The vServices of a node. Cluster nodes share one host in these tests while their synced
+/// configuration carries the same listeners, so they get Network vServices, which bind
+/// nothing without XDP; a single node gets the L7 ones.
+fn vservices(cluster: &str) -> String {
+    if !cluster.is_empty() {
+        return r#"[[vservice]]
+name = "tcpvs"
+kind = "tcp-l4"
+address = "10.99.0.1"
+port = 80
+backends = ["b1", "b2", "spare"]
+"#
+        .to_string();
+    }
+    format!(
+        r#"[[vservice]]
+name = "tcpvs"
+kind = "l7-tcp"
+address = "127.0.0.1"
+port = {vs1}
+backends = ["b1", "b2", "spare"]
+
+[[vservice]]
+name = "site"
+kind = "http"
+address = "127.0.0.1"
+port = {vs2}
+backends = ["b1", "spare"]
+[[vservice.conditional_set]]
+name = "api"
+backends = ["g", "b2"]
+path_prefix = "/api/"
+"#,
+        vs1 = free_port(),
+        vs2 = free_port(),
+    )
+}
+
+async fn start_node(tag: &str, api_port: u16, cluster: &str) -> Node {
+    let mut ports = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (p, t) = backend().await;
+        ports.push(p);
+        tasks.push(t);
+    }
+    let dir = tmpdir(tag);
+    let path = dir.join("lb.toml");
+    std::fs::write(&path, config(api_port, &ports, cluster)).unwrap();
+    let cfg = lb::config::load(&path).expect("test config is valid");
+    let running = lb::daemon::start(None, cfg, path.clone())
+        .await
+        .expect("daemon starts");
+    let (stop, stop_rx) = watch::channel(false);
+    let listen: SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    let server = tokio::spawn(lb::api::serve(
+        running.daemon.clone(),
+        listen,
+        Some(TOKEN.into()),
+        stop_rx,
+    ));
+    let node = Node {
+        dir,
+        path,
+        url: format!("http://127.0.0.1:{api_port}"),
+        running: Some(running),
+        stop,
+        server,
+        _backends: tasks,
+    };
+    wait_until("API answers", || async {
+        node.client(Some(TOKEN))
+            .call(Method::GET, "/api/v1/status", None)
+            .await
+            .is_ok()
+    })
+    .await;
+    node
+}
+
+/// Polls `cond` every 100 ms for at most 10 s.
+async fn wait_until<F, Fut>(what: &str, cond: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn find<'a>(v: &'a Value, key: &str, name: &str) -> &'a Value {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in {v}"))
+}
+
+async fn tier(node: &Node, vs: &str, list: &str) -> String {
+    let v = node.get(&format!("/api/v1/vservices/{vs}")).await.body;
+    find(&v, "lists", list)["tier"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn wait_healthy(node: &Node) {
+    wait_until("b1 and b2 OK", || async {
+        let v = node.get("/api/v1/backends").await.body;
+        find(&v, "backends", "b1")["health"] == "OK" && find(&v, "backends", "b2")["health"] == "OK"
+    })
+    .await;
+    wait_until("tcpvs on mains", || async {
+        tier(node, "tcpvs", "default").await == "mains"
+    })
+    .await;
+    // Every main in every list as L7 traffic sees it (the L7 view follows a tick later).
+    wait_until("b1 and b2 eligible everywhere", || async {
+        let v = node.get("/api/v1/vservices").await.body;
+        let states: Vec<String> = v["vservices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|vs| vs["lists"].as_array().cloned().unwrap_or_default())
+            .flat_map(|l| l["members"].as_array().cloned().unwrap_or_default())
+            .filter(|m| m["name"] == "b1" || m["name"] == "b2")
+            .map(|m| m["state"].as_str().unwrap_or_default().to_string())
+            .collect();
+        !states.is_empty() && states.iter().all(|s| s == "eligible")
+    })
+    .await;
+}
+
+/// S-OB1..3: every read endpoint answers with the real state of the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_ob_read_endpoints() {
+    let node = start_node("read", free_port(), "").await;
+    wait_healthy(&node).await;
+
+    let st = node.get("/api/v1/status").await;
+    assert_eq!(st.status, 200);
+    assert_eq!(st.body["vservices"]["total"], 2);
+    assert_eq!(st.body["backend_services"]["total"], 4);
+    assert_eq!(st.body["backend_services"]["by_health"]["OK"], 4);
+
+    let vs = node.get("/api/v1/vservices").await.body;
+    assert_eq!(vs["vservices"].as_array().unwrap().len(), 2);
+    let site = node.get("/api/v1/vservices/site").await.body;
+    assert_eq!(site["kind"], "http");
+    let api_list = find(&site, "lists", "api");
+    assert_eq!(api_list["tier"], "mains");
+    let members: Vec<&str> = api_list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["g1", "b2"], "groups are expanded");
+    let def = find(&site, "lists", "default");
+    assert_eq!(find(def, "members", "spare")["role"], "backup");
+    assert_eq!(find(def, "members", "spare")["state"], "drained");
+    assert_eq!(find(def, "members", "b1")["state"], "eligible");
+
+    // S-OB2: used in, with the list name.
+    let b2 = node.get("/api/v1/backends/b2").await.body;
+    assert_eq!(
+        b2["used_in"],
+        json!([{"vservice": "tcpvs", "list": "default"}, {"vservice": "site", "list": "api"}])
+    );
+    assert_eq!(b2["health"], "OK");
+    assert_eq!(b2["checked"], true);
+    assert_eq!(b2["server"], "OK");
+    assert_eq!(b2["health_check"], "tcp1");
+    let g1 = node.get("/api/v1/backends/g1").await.body;
+    assert_eq!(g1["checked"], false);
+    assert_eq!(g1["groups"], json!(["g"]));
+
+    let groups = node.get("/api/v1/groups").await.body;
+    assert_eq!(find(&groups, "groups", "g")["members"][0]["name"], "g1");
+    let g = node.get("/api/v1/groups/g").await.body;
+    assert_eq!(g["used_in"], json!([{"vservice": "site", "list": "api"}]));
+
+    let profiles = node.get("/api/v1/profiles").await.body;
+    let p = find(&profiles, "profiles", "tcp1");
+    assert_eq!(p["type"], "tcp");
+    assert_eq!(p["used_by"], json!(["b1", "b2"]));
+
+    // S-HC8 / S-OB3: the Preparing -> OK transition and check durations are listed.
+    let tr = node.get("/api/v1/backends/b1/transitions").await.body;
+    let t0 = &tr["transitions"][0];
+    assert_eq!(
+        (t0["from"].as_str(), t0["to"].as_str()),
+        (Some("Preparing"), Some("OK"))
+    );
+    assert!(t0["at_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
+    assert!(
+        tr["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["ok"] == true && c["duration_ms"].is_number())
+    );
+
+    // Live Stats payload shape.
+    let live = node.get("/api/v1/stats/live").await.body;
+    assert!(live["generated_unix_ms"].as_u64().unwrap() > 0);
+    let lv = find(&live, "vservices", "tcpvs");
+    assert_eq!(lv["kind"], "l7-tcp");
+    assert_eq!(lv["lists"][0]["name"], "default");
+    assert_eq!(lv["lists"][0]["tier"], "mains");
+    let lb1 = find(&live, "backends", "b1");
+    for key in [
+        "name",
+        "address",
+        "port",
+        "weight",
+        "health",
+        "checked",
+        "maintenance",
+        "backup",
+        "server",
+        "used_in",
+    ] {
+        assert!(!lb1[key].is_null(), "live backend has {key}: {lb1}");
+    }
+
+    // Static page files.
+    for (path, needle) in [
+        ("/", "<html"),
+        ("/ui/app.js", "function"),
+        ("/ui/style.css", "{"),
+    ] {
+        let a = node.get(path).await;
+        assert_eq!(a.status, 200, "{path}");
+        assert!(
+            a.body.as_str().unwrap().to_lowercase().contains(needle),
+            "{path}"
+        );
+    }
+
+    // Unknown names: 404 naming the problem.
+    for path in [
+        "/api/v1/backends/nope",
+        "/api/v1/backends/nope/transitions",
+        "/api/v1/vservices/nope",
+        "/api/v1/groups/nope",
+        "/api/v1/nothing",
+    ] {
+        let a = node.get(path).await;
+        assert_eq!(a.status, 404, "{path}");
+        assert!(
+            a.body["error"].as_str().unwrap().contains("no"),
+            "{path}: {}",
+            a.body
+        );
+    }
+    node.shutdown().await;
+}
+
+/// /metrics: valid exposition format (every line a comment or `name{labels} value`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_ob_metrics_parse() {
+    let node = start_node("metrics", free_port(), "").await;
+    wait_healthy(&node).await;
+    let text = node
+        .get("/metrics")
+        .await
+        .body
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sample = regex::Regex::new(r#"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.eE+-]+$"#).unwrap();
+    let mut types = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(
+                types.insert(name.to_string()),
+                "TYPE once per family: {name}"
+            );
+        } else if !line.starts_with("# HELP ") {
+            assert!(sample.is_match(line), "bad line: {line}");
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(types.contains(name), "sample before its TYPE: {line}");
+        }
+    }
+    assert!(
+        text.contains(r#"lb_backend_health{backend="b1",state="OK"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"lb_backend_maintenance{backend="b1"} 0"#));
+    assert!(text.contains(r#"lb_list_tier{vservice="tcpvs",list="default"} 0"#));
+    assert!(text.contains(r#"lb_health_transitions_total{backend="b1"} 1"#));
+    node.shutdown().await;
+}
+
+/// S-MT8, S-MT2, S-BK2: maintenance is written to the file (comments kept), shows in
+/// /backends and moves the list to its backup; off returns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt8_maintenance_written_back_and_selected() {
+    let node = start_node("maint", free_port(), "").await;
+    wait_healthy(&node).await;
+    for b in ["b1", "b2"] {
+        let a = node
+            .post(
+                &format!("/api/v1/backends/{b}/maintenance"),
+                json!({"on": true}),
+            )
+            .await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.body["maintenance"], true);
+    }
+    let text = node.text();
+    let cfg = lb::config::parse(&text, "re-read").unwrap();
+    assert!(
+        cfg.backend_services
+            .iter()
+            .filter(|s| s.name == "b1" || s.name == "b2")
+            .all(|s| s.maintenance)
+    );
+    assert!(text.contains("# top comment: must survive write-back"));
+    assert!(text.contains("name = \"b1\" # first main"));
+    assert!(text.contains("maintenance = true # b2 comment"), "{text}");
+    let b1 = node.get("/api/v1/backends/b1").await.body;
+    assert_eq!(b1["maintenance"], true);
+    wait_until("backup takes over", || async {
+        tier(&node, "tcpvs", "default").await == "backup 1"
+    })
+    .await;
+
+    // Backup flag on a group, then group maintenance: the api set has nothing left.
+    let a = node
+        .post("/api/v1/groups/g/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let cfg = lb::config::load(&node.path).unwrap();
+    assert!(cfg.backend_groups[0].maintenance);
+    wait_until("api set down", || async {
+        tier(&node, "site", "api").await == "none"
+    })
+    .await;
+
+    let a = node
+        .post("/api/v1/backends/b1/maintenance", json!({"on": false}))
+        .await;
+    assert_eq!(a.status, 200);
+    wait_until("mains again", || async {
+        tier(&node, "tcpvs", "default").await == "mains"
+    })
+    .await;
+    let a = node
+        .post("/api/v1/backends/spare/backup", json!({"on": false}))
+        .await;
+    assert_eq!(a.status, 200);
+    let spare = node.get("/api/v1/backends/spare").await.body;
+    assert_eq!(spare["backup"], false);
+    assert!(
+        !lb::config::load(&node.path)
+            .unwrap()
+            .backend_services
+            .iter()
+            .any(|s| s.name == "spare" && s.backup)
+    );
+    node.shutdown().await;
+}
+
+/// Bad bodies answer 400/422 naming the field; unknown names 404; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt8_bad_body_and_unknown_name() {
+    let node = start_node("bad", free_port(), "").await;
+    let before = node.text();
+    let c = node.client(Some(TOKEN));
+    for (body, status) in [
+        (json!({}), 400),
+        (json!({"on": "yes"}), 422),
+        (json!([true]), 400),
+        (json!({"on": true, "x": 1}), 422),
+    ] {
+        let a = c
+            .call(Method::POST, "/api/v1/backends/b1/maintenance", Some(&body))
+            .await
+            .unwrap();
+        assert_eq!(a.status, status, "{body}: {}", a.body);
+        assert!(
+            a.body["error"].as_str().unwrap().contains('`'),
+            "names the field: {}",
+            a.body
+        );
+    }
+    let a = c
+        .call(Method::POST, "/api/v1/backends/b1/maintenance", None)
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400);
+    let a = node
+        .post("/api/v1/backends/nope/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(a.status, 404);
+    assert!(a.body["error"].as_str().unwrap().contains("nope"));
+    let a = node
+        .post("/api/v1/groups/nope/backup", json!({"on": true}))
+        .await;
+    assert_eq!(a.status, 404);
+    assert_eq!(node.text(), before);
+    node.shutdown().await;
+}
+
+/// Auth: missing or wrong token -> 401 JSON; the right one -> 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_token_required() {
+    let node = start_node("auth", free_port(), "").await;
+    for token in [None, Some("wrong-token-0123456789abcdef"), Some("x")] {
+        for path in ["/api/v1/status", "/metrics", "/api/v1/stats/live"] {
+            let a = node
+                .client(token)
+                .call(Method::GET, path, None)
+                .await
+                .unwrap();
+            assert_eq!(a.status, 401, "{path} {token:?}");
+            assert!(a.body["error"].is_string());
+        }
+        let a = node
+            .client(token)
+            .call(
+                Method::POST,
+                "/api/v1/backends/b1/maintenance",
+                Some(&json!({"on": true})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status, 401);
+    }
+    assert!(!node.text().contains("maintenance = true"));
+    assert_eq!(node.get("/api/v1/status").await.status, 200);
+    // The page's static files carry no data and load without a token (a browser cannot send
+    // one on navigation); the page sends it with its API calls.
+    for path in ["/", "/ui/app.js", "/ui/style.css"] {
+        let a = node.client(None).call(Method::GET, path, None).await;
+        assert_eq!(a.map(|a| a.status).ok(), Some(200), "{path}");
+    }
+    // serve refuses a non-loopback address without a token.
+    let (_tx, rx) = watch::channel(false);
+    let daemon = node.running.as_ref().unwrap().daemon.clone();
+    let e = lb::api::serve(daemon, "0.0.0.0:1".parse().unwrap(), None, rx)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("token"), "{e}");
+    node.shutdown().await;
+}
+
+/// Reload: a broken file answers 400 with every issue and the running config stays; a good
+/// one is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_rejects_broken_file() {
+    let node = start_node("reload", free_port(), "").await;
+    let daemon = node.running.as_ref().unwrap().daemon.clone();
+    let before = daemon.config();
+    let good = node.text();
+    let broken = good
+        .replace("weight", "x")
+        .replace("health_check = \"tcp1\"", "health_check = \"missing\"")
+        + "\n[[backend_service]]\nname = \"b1\"\naddress = \"nope\"\nport = 1\n";
+    std::fs::write(&node.path, &broken).unwrap();
+    let a = node.post("/api/v1/reload", json!({})).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    let issues = a.body["issues"].as_array().unwrap();
+    assert!(issues.len() >= 3, "every issue: {issues:?}");
+    assert_eq!(*daemon.config(), *before, "running config unchanged");
+
+    std::fs::write(
+        &node.path,
+        good.replace(
+            "name = \"spare\"\naddress",
+            "name = \"spare\"\nweight = 7\naddress",
+        ),
+    )
+    .unwrap();
+    let a = node.post("/api/v1/reload", json!({})).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(node.get("/api/v1/backends/spare").await.body["weight"], 7);
+    node.shutdown().await;
+}
+
+/// S-MT8: a write that fails (the temporary file's name is taken by a directory) answers
+/// 500 naming the error and leaves the old file and the running config intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt8_failed_write_leaves_file_intact() {
+    let node = start_node("fail", free_port(), "").await;
+    let before = node.text();
+    let tmp = lb::api::write_back::temp_path(&lb::api::write_back::target_of(&node.path));
+    std::fs::create_dir_all(tmp.join("blocker")).unwrap();
+    let a = node
+        .post("/api/v1/backends/b1/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(a.status, 500, "{}", a.body);
+    assert!(
+        a.body["error"]
+            .as_str()
+            .unwrap()
+            .contains(".lb.toml.lb-tmp"),
+        "{}",
+        a.body
+    );
+    assert_eq!(node.text(), before);
+    assert_eq!(
+        node.get("/api/v1/backends/b1").await.body["maintenance"],
+        false
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+    let a = node
+        .post("/api/v1/backends/b1/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(a.status, 200, "works again: {}", a.body);
+    node.shutdown().await;
+}
+
+fn peer_block(name: &str, port: u16, manual: bool) -> String {
+    format!(
+        "\n[cluster]\nmanual_sync = {manual}\n[[cluster.peer]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+    )
+}
+
+async fn maint_on(node: &Node, name: &str) -> bool {
+    lb::config::load(&node.path)
+        .map(|c| {
+            c.backend_services
+                .iter()
+                .any(|s| s.name == name && s.maintenance)
+        })
+        .unwrap_or(false)
+}
+
+async fn two_nodes(tag: &str, manual: bool) -> (Node, Node) {
+    let (pa, pb) = (free_port(), free_port());
+    let a = start_node(&format!("{tag}-a"), pa, &peer_block("b", pb, manual)).await;
+    let b = start_node(&format!("{tag}-b"), pb, &peer_block("a", pa, manual)).await;
+    (a, b)
+}
+
+fn api_listen(path: &Path) -> String {
+    lb::config::load(path).unwrap().api.listen.to_string()
+}
+
+/// S-CL1: with Manual Sync off, a maintenance change on A reaches B's file and API; B keeps
+/// its own [api] and [cluster].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_cl1_changes_reach_peer() {
+    let (a, b) = two_nodes("auto", false).await;
+    let b_listen = api_listen(&b.path);
+    let r = a
+        .post("/api/v1/backends/b2/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(r.status, 200);
+    wait_until("B took the change", || async { maint_on(&b, "b2").await }).await;
+    wait_until("B's API shows it", || async {
+        b.get("/api/v1/backends/b2").await.body["maintenance"] == true
+    })
+    .await;
+    assert_eq!(api_listen(&b.path), b_listen, "B keeps its own [api]");
+    assert!(
+        b.text().contains("name = \"a\""),
+        "B keeps its own [cluster]"
+    );
+    let st = a.get("/api/v1/cluster").await.body;
+    assert_eq!(st["enabled"], true);
+    wait_until("A recorded the push", || async {
+        a.get("/api/v1/cluster").await.body["peers"][0]["last_sync"]["ok"] == true
+    })
+    .await;
+    // B did not push back: A's file still has its own [api].
+    assert_eq!(api_listen(&a.path), a.url.trim_start_matches("http://"));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// S-CL2: with Manual Sync on, a change reaches the peer only on Synchronize.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_cl2_manual_sync_only_on_synchronize() {
+    let (a, b) = two_nodes("manual", true).await;
+    let r = a
+        .post("/api/v1/backends/b1/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(r.status, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!maint_on(&b, "b1").await, "no push without Synchronize");
+    assert!(a.get("/api/v1/cluster").await.body["peers"][0]["last_sync"].is_null());
+    let r = a.post("/api/v1/cluster/sync", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["results"][0]["ok"], true);
+    assert!(maint_on(&b, "b1").await);
+    assert_eq!(b.get("/api/v1/backends/b1").await.body["maintenance"], true);
+    // A peer that is down: 502 naming it, recorded in the cluster status.
+    b.shutdown().await;
+    let r = a.post("/api/v1/cluster/sync", json!({})).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(r.body["error"].as_str().unwrap().contains('b'));
+    assert_eq!(
+        a.get("/api/v1/cluster").await.body["peers"][0]["last_sync"]["ok"],
+        false
+    );
+    a.shutdown().await;
+}
+
+/// A peer's push with a broken config is refused with 400 and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_cl_receive_rejects_invalid_config() {
+    let node = start_node("recv", free_port(), "").await;
+    let before = node.text();
+    let r = node
+        .post(
+            "/api/v1/cluster/config",
+            json!({"config": "[[backend_service]]\nname = 1\n"}),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = node
+        .post("/api/v1/cluster/config", json!({"cfg": ""}))
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.body["error"].as_str().unwrap().contains("`config`"));
+    assert_eq!(node.text(), before);
+    let _ = Arc::new(());
+    node.shutdown().await;
+}

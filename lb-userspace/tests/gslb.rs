@@ -1,0 +1,668 @@
+//! Global service standby (S-GS): DNS vServices against site APIs. Sites are small HTTP
+//! servers speaking the exact `GET /api/v1/stats/live` shape, or real `lb run` daemons
+//! (`e2e_*`). Everything listens on 127.0.0.1 only.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use lb::gslb::{Gslb, SiteState, SiteStatus};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// What a fake site's API answers.
+#[derive(Clone, Debug)]
+enum Mode {
+    /// The live stats with vService `web` in this tier and these current sessions.
+    Live { tier: &'static str, sessions: u64 },
+    /// The live stats without vService `web`.
+    NoVService,
+    /// Not JSON.
+    Garbage,
+    /// An HTTP error status.
+    Error(u16),
+}
+
+#[derive(Clone)]
+struct SiteState_ {
+    mode: Arc<Mutex<Mode>>,
+    token: Option<&'static str>,
+}
+
+/// A fake site API on 127.0.0.1.
+struct Site {
+    url: String,
+    mode: Arc<Mutex<Mode>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Site {
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+async fn live(State(state): State<SiteState_>, headers: HeaderMap) -> Response {
+    if let Some(token) = state.token {
+        let wanted = format!("Bearer {token}");
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&wanted) {
+            return (StatusCode::UNAUTHORIZED, "{\"error\":\"token\"}").into_response();
+        }
+    }
+    let mode = state.mode.lock().unwrap().clone();
+    let vs = |tier: &str, sessions: u64| {
+        json!({"name": "web", "kind": "http", "address": "127.0.0.1", "ports": "80",
+               "lists": [{"name": "default", "tier": tier, "members": []}],
+               "counters": {"requests": 1, "current": sessions, "bytes_in": 0,
+                            "bytes_out": 0, "unavailable": 0}})
+    };
+    let body = match mode {
+        Mode::Live { tier, sessions } => json!({"generated_unix_ms": 1,
+            "vservices": [vs(tier, sessions)], "backends": []}),
+        Mode::NoVService => json!({"generated_unix_ms": 1, "vservices": [], "backends": []}),
+        Mode::Garbage => return (StatusCode::OK, "<html>not json").into_response(),
+        Mode::Error(code) => {
+            return StatusCode::from_u16(code)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response();
+        }
+    };
+    axum::Json(body).into_response()
+}
+
+async fn site(mode: Mode, token: Option<&'static str>) -> Site {
+    let mode = Arc::new(Mutex::new(mode));
+    let state = SiteState_ {
+        mode: mode.clone(),
+        token,
+    };
+    let app = axum::Router::new()
+        .route("/api/v1/stats/live", axum::routing::get(live))
+        .with_state(state);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Site { url, mode, task }
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 right now.
+async fn free_port() -> u16 {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).await.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port");
+}
+
+/// One `[[dns_vservice.record.site]]`.
+fn site_toml(name: &str, address: &str, api: &str, standby: bool, extra: &str) -> String {
+    format!(
+        "[[dns_vservice.record.site]]\nname = \"{name}\"\naddress = \"{address}\"\n\
+         api = \"{api}\"\nvservice = \"web\"\nstandby = {standby}\n{extra}\n"
+    )
+}
+
+/// A DNS vService on `port` for zone gslb.test with one record `www`.
+fn config(
+    port: u16,
+    policy: &str,
+    answers: u32,
+    rate: u32,
+    sites: &[String],
+) -> Arc<lb::config::Config> {
+    let text = format!(
+        "[api]\nlisten = \"127.0.0.1:1\"\n\
+         [[dns_vservice]]\nname = \"g\"\naddress = \"127.0.0.1\"\nport = {port}\n\
+         zone = \"gslb.test\"\nttl = 7\npoll_period = 0.2\npoll_timeout = 0.5\nrate_limit = {rate}\n\
+         [[dns_vservice.record]]\nname = \"www\"\npolicy = \"{policy}\"\nanswers = {answers}\n{}",
+        sites.concat()
+    );
+    Arc::new(lb::config::parse(&text, "gslb.toml").unwrap())
+}
+
+fn query_bytes(name: &str, qtype: RecordType) -> Vec<u8> {
+    let mut message = Message::query();
+    message.metadata.id = rand_id();
+    message.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    message.to_vec().unwrap()
+}
+
+fn rand_id() -> u16 {
+    (Instant::now().elapsed().subsec_nanos() % 65_000) as u16 + 1
+}
+
+async fn udp(server: SocketAddr, bytes: &[u8]) -> Option<Message> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.send_to(bytes, server).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let got = tokio::time::timeout(Duration::from_secs(1), socket.recv(&mut buf)).await;
+    let len = got.ok()?.unwrap();
+    Some(Message::from_vec(&buf[..len]).unwrap())
+}
+
+async fn ask(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
+    udp(server, &query_bytes(name, qtype))
+        .await
+        .expect("an answer")
+}
+
+async fn ask_tcp(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
+    let bytes = query_bytes(name, qtype);
+    let mut stream = TcpStream::connect(server).await.unwrap();
+    let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+    framed.extend(&bytes);
+    stream.write_all(&framed).await.unwrap();
+    let mut len = [0u8; 2];
+    tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut len))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut buf).await.unwrap();
+    Message::from_vec(&buf).unwrap()
+}
+
+fn addresses(message: &Message) -> Vec<IpAddr> {
+    message
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The addresses seen over `n` A queries of www.gslb.test.
+async fn seen(server: SocketAddr, n: usize) -> HashSet<IpAddr> {
+    let mut all = HashSet::new();
+    for _ in 0..n {
+        all.extend(addresses(
+            &ask(server, "www.gslb.test.", RecordType::A).await,
+        ));
+    }
+    all
+}
+
+fn status_of(gslb: &Gslb, site: &str) -> SiteStatus {
+    gslb.status()
+        .into_iter()
+        .find(|s| s.key.site == site)
+        .expect("site status")
+}
+
+/// Waits (bounded) until `site` has status `state`.
+async fn wait_state(gslb: &Gslb, site: &str, state: SiteState, within: Duration) {
+    let start = Instant::now();
+    while status_of(gslb, site).state != state {
+        assert!(
+            start.elapsed() < within,
+            "{site}: {:?}, wanted {state}",
+            status_of(gslb, site)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn set(items: &[&str]) -> HashSet<IpAddr> {
+    items.iter().map(|i| ip(i)).collect()
+}
+
+const LIVE: Mode = Mode::Live {
+    tier: "mains",
+    sessions: 0,
+};
+const DOWN: Mode = Mode::Live {
+    tier: "none",
+    sessions: 0,
+};
+
+/// S-GS1, S-GS2, S-GS3: the standby is dark while an active site serves, answered on the
+/// first query after every active failed, and dark again on the first query after one
+/// active recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_gs1_s_gs2_s_gs3_standby_only_while_every_active_failed() {
+    let (a, b, s) = (
+        site(LIVE, None).await,
+        site(LIVE, None).await,
+        site(LIVE, None).await,
+    );
+    let port = free_port().await;
+    let sites = [
+        site_toml("a", "192.0.2.1", &a.url, false, ""),
+        site_toml("b", "192.0.2.2", &b.url, false, ""),
+        site_toml("s", "192.0.2.9", &s.url, true, ""),
+    ];
+    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
+        .await
+        .unwrap();
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+    // The first poll is done before serving: statuses are already OK.
+    assert_eq!(status_of(&gslb, "a").state, SiteState::Ok);
+    assert_eq!(seen(server, 10).await, set(&["192.0.2.1", "192.0.2.2"]));
+
+    a.set(DOWN);
+    wait_state(&gslb, "a", SiteState::NoServices, Duration::from_secs(3)).await;
+    assert_eq!(
+        seen(server, 6).await,
+        set(&["192.0.2.2"]),
+        "one active left: standby dark"
+    );
+
+    b.set(DOWN);
+    wait_state(&gslb, "b", SiteState::NoServices, Duration::from_secs(3)).await;
+    assert_eq!(
+        seen(server, 6).await,
+        set(&["192.0.2.9"]),
+        "S-GS1: standby takes over"
+    );
+
+    b.set(LIVE);
+    wait_state(&gslb, "b", SiteState::Ok, Duration::from_secs(3)).await;
+    assert_eq!(
+        seen(server, 6).await,
+        set(&["192.0.2.2"]),
+        "S-GS2: back to the active"
+    );
+    let counters = &gslb.counters()[0];
+    assert!(counters.standby_answers >= 6, "{counters:?}");
+    gslb.shutdown().await;
+    for site in [a, b, s] {
+        site.task.abort();
+    }
+}
+
+/// S-GS4: OK, No Services, No Metrics and No Connection (garbage, HTTP error, wrong token,
+/// closed port), each with its reason, and every change in the transition log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_gs4_statuses_with_reasons_and_transitions() {
+    let ok = site(LIVE, Some("site-token-0123456789")).await;
+    let no_vs = site(Mode::NoVService, None).await;
+    let garbage = site(Mode::Garbage, None).await;
+    let error = site(Mode::Error(500), None).await;
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let port = free_port().await;
+    let sites = [
+        site_toml(
+            "ok",
+            "192.0.2.1",
+            &ok.url,
+            false,
+            "token = \"site-token-0123456789\"",
+        ),
+        site_toml(
+            "wrong-token",
+            "192.0.2.2",
+            &ok.url,
+            false,
+            "token = \"not-the-token-0123456\"",
+        ),
+        site_toml("no-vs", "192.0.2.3", &no_vs.url, false, ""),
+        site_toml("garbage", "192.0.2.4", &garbage.url, false, ""),
+        site_toml("error", "192.0.2.5", &error.url, false, ""),
+        site_toml("closed", "192.0.2.6", &closed, true, ""),
+    ];
+    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
+        .await
+        .unwrap();
+    let check = |name: &str, state: SiteState, reason: &str| {
+        let status = status_of(&gslb, name);
+        assert_eq!(status.state, state, "{status:?}");
+        assert!(status.reason.contains(reason), "{name}: {status:?}");
+    };
+    check("ok", SiteState::Ok, "serves");
+    check("wrong-token", SiteState::NoConnection, "HTTP 401");
+    check(
+        "no-vs",
+        SiteState::NoMetrics,
+        "does not report vservice `web`",
+    );
+    check("garbage", SiteState::NoConnection, "not JSON");
+    check("error", SiteState::NoConnection, "HTTP 500");
+    check("closed", SiteState::NoConnection, "request failed");
+    assert_eq!(status_of(&gslb, "ok").sessions, Some(0));
+
+    let before = Instant::now();
+    ok.set(DOWN);
+    wait_state(&gslb, "ok", SiteState::NoServices, Duration::from_secs(3)).await;
+    check("ok", SiteState::NoServices, "no available backend");
+    ok.task.abort();
+    wait_state(&gslb, "ok", SiteState::NoConnection, Duration::from_secs(3)).await;
+    let log: Vec<(SiteState, SiteState)> = gslb
+        .transitions()
+        .into_iter()
+        .filter(|t| t.key.site == "ok")
+        .map(|t| (t.from, t.to))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            (SiteState::NoConnection, SiteState::Ok),
+            (SiteState::Ok, SiteState::NoServices),
+            (SiteState::NoServices, SiteState::NoConnection),
+        ]
+    );
+    assert!(before.elapsed() < Duration::from_secs(6));
+    gslb.shutdown().await;
+    for site in [no_vs, garbage, error] {
+        site.task.abort();
+    }
+}
+
+/// Answers: A with the configured TTL and AA, AAAA for IPv6 sites, UDP and TCP,
+/// NXDOMAIN (with SOA) under the zone, REFUSED outside, malformed input never kills it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_gs_dns_answers_codes_and_malformed_queries() {
+    let a = site(LIVE, None).await;
+    let port = free_port().await;
+    let sites = [site_toml(
+        "a",
+        "192.0.2.1",
+        &a.url,
+        false,
+        "address6 = \"2001:db8::1\"",
+    )];
+    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
+        .await
+        .unwrap();
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+
+    let answer = ask(server, "WWW.gslb.test.", RecordType::A).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+    assert!(answer.metadata.authoritative);
+    assert_eq!(addresses(&answer), [ip("192.0.2.1")]);
+    assert_eq!(answer.answers[0].ttl, 7);
+    let answer = ask(server, "www.gslb.test.", RecordType::AAAA).await;
+    assert_eq!(addresses(&answer), [ip("2001:db8::1")]);
+    let answer = ask_tcp(server, "www.gslb.test.", RecordType::A).await;
+    assert_eq!(addresses(&answer), [ip("192.0.2.1")]);
+    let answer = ask(server, "www.gslb.test.", RecordType::MX).await;
+    assert_eq!(
+        (answer.metadata.response_code, answer.answers.len()),
+        (ResponseCode::NoError, 0)
+    );
+
+    let answer = ask(server, "nope.gslb.test.", RecordType::A).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    assert!(matches!(
+        answer.authorities.first().map(|r| &r.data),
+        Some(RData::SOA(_))
+    ));
+    let answer = ask(server, "www.example.org.", RecordType::A).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::Refused);
+
+    // Malformed: a header announcing a question that is not there, random bytes, a
+    // response instead of a query, a truncated header. FORMERR or silence, never a crash.
+    let valid = query_bytes("www.gslb.test.", RecordType::A);
+    let mut no_question = valid[..12].to_vec();
+    no_question[5] = 1;
+    let mut response = valid.clone();
+    response[2] |= 0x80;
+    let junk: Vec<u8> = (0..200u32).map(|i| (i * 7919 % 251) as u8).collect();
+    for bytes in [no_question, junk, response, valid[..5].to_vec()] {
+        if let Some(answer) = udp(server, &bytes).await {
+            assert_eq!(answer.metadata.message_type, MessageType::Response);
+            assert_ne!(
+                answer.metadata.response_code,
+                ResponseCode::NoError,
+                "{answer:?}"
+            );
+        }
+    }
+    let mut two = Message::query();
+    two.add_query(Query::query(
+        Name::from_ascii("www.gslb.test.").unwrap(),
+        RecordType::A,
+    ));
+    two.add_query(Query::query(
+        Name::from_ascii("www.gslb.test.").unwrap(),
+        RecordType::AAAA,
+    ));
+    let answer = udp(server, &two.to_vec().unwrap()).await.expect("FORMERR");
+    assert_eq!(answer.metadata.response_code, ResponseCode::FormErr);
+    // Still serving.
+    assert_eq!(
+        addresses(&ask(server, "www.gslb.test.", RecordType::A).await),
+        [ip("192.0.2.1")]
+    );
+    let counters = &gslb.counters()[0];
+    assert!(
+        counters.nxdomain == 1 && counters.refused == 1 && counters.formerr >= 1,
+        "{counters:?}"
+    );
+    gslb.shutdown().await;
+    a.task.abort();
+}
+
+/// Bad input: a flood from one source is bounded by the per-source limit and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_gs_query_flood_is_rate_limited_and_counted() {
+    let a = site(LIVE, None).await;
+    let port = free_port().await;
+    let sites = [site_toml("a", "192.0.2.1", &a.url, false, "")];
+    let gslb = Gslb::start(config(port, "round-robin", 1, 5, &sites))
+        .await
+        .unwrap();
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let bytes = query_bytes("www.gslb.test.", RecordType::A);
+    for _ in 0..100 {
+        socket.send_to(&bytes, server).await.unwrap();
+    }
+    let mut answers = 0;
+    let mut buf = [0u8; 1024];
+    while let Ok(Ok(_)) =
+        tokio::time::timeout(Duration::from_millis(300), socket.recv(&mut buf)).await
+    {
+        answers += 1;
+    }
+    assert!(
+        (5..=8).contains(&answers),
+        "{answers} answers to a flood of 100 at 5/s"
+    );
+    let counters = &gslb.counters()[0];
+    assert_eq!(counters.queries, 100);
+    assert_eq!(counters.rate_limited, 100 - answers);
+    gslb.shutdown().await;
+    a.task.abort();
+}
+
+/// Policies over real polls: least loaded follows the sites' sessions, weighted the weights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_gs_least_loaded_and_weighted_from_polled_metrics() {
+    let a = site(
+        Mode::Live {
+            tier: "mains",
+            sessions: 50,
+        },
+        None,
+    )
+    .await;
+    let b = site(
+        Mode::Live {
+            tier: "mains",
+            sessions: 3,
+        },
+        None,
+    )
+    .await;
+    let port = free_port().await;
+    let sites = [
+        site_toml("a", "192.0.2.1", &a.url, false, "weight = 3"),
+        site_toml("b", "192.0.2.2", &b.url, false, "weight = 1"),
+    ];
+    let gslb = Gslb::start(config(port, "least-loaded", 1, 0, &sites))
+        .await
+        .unwrap();
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(seen(server, 5).await, set(&["192.0.2.2"]));
+    b.set(Mode::Live {
+        tier: "mains",
+        sessions: 80,
+    });
+    let start = Instant::now();
+    while seen(server, 1).await != set(&["192.0.2.1"]) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "least loaded did not follow"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Reload to weighted: same listener, statuses kept (no new transition), weights apply.
+    let transitions = gslb.transitions().len();
+    gslb.update(config(port, "weighted", 1, 0, &sites))
+        .await
+        .unwrap();
+    assert_eq!(gslb.transitions().len(), transitions);
+    let mut a_count = 0;
+    for _ in 0..40 {
+        if addresses(&ask(server, "www.gslb.test.", RecordType::A).await) == [ip("192.0.2.1")] {
+            a_count += 1;
+        }
+    }
+    assert_eq!(a_count, 30, "weight 3 of 4");
+    gslb.shutdown().await;
+    for site in [a, b] {
+        site.task.abort();
+    }
+}
+
+/// A real `lb run` daemon (binary from env LB_BIN, else this package's `lb`), killed on drop.
+struct Daemon {
+    child: std::process::Child,
+    api: String,
+    _dir: PathGuard,
+}
+
+struct PathGuard(std::path::PathBuf);
+
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a site daemon with an HTTP vService `web` over one backend on `backend_port`,
+/// checked by TCP every second (RS = RF = 1), decisions reflected at once.
+async fn daemon(tag: &str, backend_port: u16) -> Daemon {
+    let (api_port, vs_port) = (free_port().await, free_port().await);
+    let dir = std::env::temp_dir().join(format!("lb-gslb-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("lb.toml");
+    let text = format!(
+        "[api]\nlisten = \"127.0.0.1:{api_port}\"\n[reflection]\nl7_delay = 0.0\n\
+         [[health_check]]\nname = \"t\"\ntype = \"tcp\"\nperiod = 1.0\ntimeout = 1.0\n\
+         required_successes = 1\nrequired_failures = 1\n\
+         [[backend_service]]\nname = \"b\"\naddress = \"127.0.0.1\"\nport = {backend_port}\n\
+         health_check = \"t\"\n\
+         [[vservice]]\nname = \"web\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
+         port = {vs_port}\nbackends = [\"b\"]\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let bin = std::env::var("LB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lb").to_owned());
+    let child = std::process::Command::new(bin)
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    Daemon {
+        child,
+        api: format!("http://127.0.0.1:{api_port}"),
+        _dir: PathGuard(dir),
+    }
+}
+
+/// A TCP backend that accepts (and closes) connections until aborted.
+async fn backend(port: u16) -> tokio::task::JoinHandle<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    })
+}
+
+/// Waits (bounded) until A queries of www answer exactly `want`.
+async fn wait_answers(server: SocketAddr, want: &[&str], within: Duration) {
+    let start = Instant::now();
+    loop {
+        let got = seen(server, 4).await;
+        if got == set(want) {
+            return;
+        }
+        assert!(start.elapsed() < within, "answers {got:?}, wanted {want:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// End to end with real site daemons: S-GS1 (the standby appears when the active site's
+/// backends stop), S-GS2 (and disappears when they are back), S-GS4 (a stopped daemon is
+/// No Connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_s_gs1_s_gs2_s_gs4_real_site_daemons() {
+    let (port_a, port_s) = (free_port().await, free_port().await);
+    let mut backend_a = backend(port_a).await;
+    let backend_s = backend(port_s).await;
+    let mut site_a = daemon("a", port_a).await;
+    let site_s = daemon("s", port_s).await;
+    let dns_port = free_port().await;
+    let sites = [
+        site_toml("a", "192.0.2.1", &site_a.api, false, ""),
+        site_toml("s", "192.0.2.9", &site_s.api, true, ""),
+    ];
+    let gslb = Gslb::start(config(dns_port, "round-robin", 2, 0, &sites))
+        .await
+        .unwrap();
+    let server = SocketAddr::from(([127, 0, 0, 1], dns_port));
+    wait_state(&gslb, "a", SiteState::Ok, Duration::from_secs(10)).await;
+    wait_state(&gslb, "s", SiteState::Ok, Duration::from_secs(10)).await;
+    wait_answers(server, &["192.0.2.1"], Duration::from_secs(2)).await;
+
+    backend_a.abort();
+    let _ = (&mut backend_a).await;
+    wait_state(&gslb, "a", SiteState::NoServices, Duration::from_secs(10)).await;
+    wait_answers(server, &["192.0.2.9"], Duration::from_secs(2)).await;
+
+    let backend_a = backend(port_a).await;
+    wait_state(&gslb, "a", SiteState::Ok, Duration::from_secs(10)).await;
+    wait_answers(server, &["192.0.2.1"], Duration::from_secs(2)).await;
+
+    let _ = site_a.child.kill();
+    let _ = site_a.child.wait();
+    wait_state(&gslb, "a", SiteState::NoConnection, Duration::from_secs(5)).await;
+    let status = status_of(&gslb, "a");
+    assert!(status.reason.contains(&site_a.api), "{status:?}");
+    gslb.shutdown().await;
+    backend_a.abort();
+    backend_s.abort();
+}

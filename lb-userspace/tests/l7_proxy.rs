@@ -1,0 +1,1249 @@
+//! L7 proxy (HTTP and L7 TCP vServices) end to end on loopback: real backends (tiny hyper and
+//! tokio servers on 127.0.0.1 ephemeral ports), the real proxy, real clients. Each test names
+//! the SPEC rule it checks. The selection snapshot is driven exactly as the daemon does it:
+//! `Selections::compute` with a health closure, then `Published::store`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use lb::config::{
+    BackendGroup, BackendService, Condition, ConditionalSet, Config, CookiePersistence, Forwarding,
+    HealthCheck, HealthKind, L7Settings, Persistence, PortSpec, SameSite, StrMatch, Timeouts,
+    TlsSettings, VService, VServiceKind,
+};
+use lb::proxy::Proxy;
+use lb::selection::{Health, Published, Selections};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+// ---------------------------------------------------------------------------------------------
+// Backends
+
+type TestBody = BoxBody<Bytes, Infallible>;
+
+/// A tiny HTTP backend: answers its name; `/stream?n=N&ms=M` streams N chunks M ms apart;
+/// `?ms=M` waits M ms first; echoes X-Forwarded-* and Host back as `seen-*` headers.
+struct Backend {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Backend {
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+async fn http_backend(name: &str) -> Backend {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind backend");
+    let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (n, h) = (name.to_string(), hits.clone());
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (n, h) = (n.clone(), h.clone());
+            conns.spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let (n, h) = (n.clone(), h.clone());
+                    async move { Ok::<_, Infallible>(answer(&n, &h, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Backend { addr, hits, task }
+}
+
+fn query(req: &Request<Incoming>, key: &str) -> u64 {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn answer(name: &str, hits: &AtomicUsize, req: Request<Incoming>) -> Response<TestBody> {
+    hits.fetch_add(1, Ordering::SeqCst);
+    let mut resp = Response::builder();
+    for h in ["x-forwarded-for", "x-forwarded-proto", "host"] {
+        if let Some(v) = req.headers().get(h) {
+            resp = resp.header(format!("seen-{h}"), v.clone());
+        }
+    }
+    let (n, ms) = (query(&req, "n"), query(&req, "ms"));
+    let body: TestBody = if req.uri().path() == "/stream" {
+        Chunks {
+            left: n,
+            every: Duration::from_millis(ms),
+            name: name.to_string(),
+            sleep: None,
+        }
+        .boxed()
+    } else {
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        let _ = req.into_body().collect().await;
+        Full::new(Bytes::from(name.to_string())).boxed()
+    };
+    resp.body(body).expect("response")
+}
+
+/// `left` chunks "<name>\n", one every `every`.
+struct Chunks {
+    left: u64,
+    every: Duration,
+    name: String,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let every = self.every;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.sleep = None;
+        self.left -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
+            "{}\n",
+            self.name
+        ))))))
+    }
+}
+
+/// A TCP echo backend that prefixes every reply with its name.
+async fn tcp_backend(name: &str) -> Backend {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind backend");
+    let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (n, h) = (name.to_string(), hits.clone());
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            h.fetch_add(1, Ordering::SeqCst);
+            let n = n.clone();
+            conns.spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(k) = stream.read(&mut buf).await {
+                    if k == 0 {
+                        // Half-close: answer "bye" after the client's EOF, then close.
+                        let _ = stream.write_all(format!("{n}:bye").as_bytes()).await;
+                        return;
+                    }
+                    let mut out = format!("{n}:").into_bytes();
+                    out.extend_from_slice(&buf[..k]);
+                    if stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Backend { addr, hits, task }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and selection, driven like the daemon drives them
+
+fn service(name: &str, addr: SocketAddr) -> BackendService {
+    BackendService {
+        name: name.into(),
+        address: addr.ip(),
+        port: addr.port(),
+        weight: 1,
+        // A check is assigned so that the health the test publishes counts (S-HC6).
+        health_check: Some("hc".into()),
+        maintenance: false,
+        backup: false,
+        max_connections: None,
+    }
+}
+
+fn backup(name: &str, addr: SocketAddr) -> BackendService {
+    BackendService {
+        backup: true,
+        ..service(name, addr)
+    }
+}
+
+fn l7(timeouts: Timeouts) -> L7Settings {
+    L7Settings {
+        algorithm: lb::config::Algorithm::RoundRobin,
+        persistence: Persistence::None,
+        timeouts,
+        queue_size: 1024,
+        tls: None,
+        error_page: None,
+        forwarded_headers: true,
+        conditional_sets: Vec::new(),
+    }
+}
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(2),
+        client: Duration::from_secs(10),
+        server: Duration::from_secs(10),
+        queue: Duration::from_secs(2),
+        keep_alive: Duration::from_secs(30),
+    }
+}
+
+/// A free port on 127.0.0.1 (bound then released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn vservice(name: &str, kind: VServiceKind, backends: &[&str]) -> VService {
+    VService {
+        name: name.into(),
+        kind,
+        address: [127, 0, 0, 1].into(),
+        ports: PortSpec::Single(free_port()),
+        forwarding: Forwarding::Nat,
+        maglev_size: 65537,
+        backends: backends.iter().map(|s| s.to_string()).collect(),
+        apply_admin_state: false,
+        l7: Some(l7(timeouts())),
+    }
+}
+
+fn config(services: Vec<BackendService>, groups: Vec<BackendGroup>, vs: Vec<VService>) -> Config {
+    // Defaults for everything else come from the real parser (an empty file is valid).
+    let mut cfg = lb::config::parse("", "l7-test.toml").expect("an empty config parses");
+    cfg.health_checks = vec![HealthCheck {
+        name: "hc".into(),
+        kind: HealthKind::Tcp,
+        period: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+        required_successes: 3,
+        required_failures: 2,
+    }];
+    cfg.backend_services = services;
+    cfg.backend_groups = groups;
+    cfg.vservices = vs;
+    cfg
+}
+
+/// The proxy plus the inputs of selection (config and health), republished on each change.
+struct Env {
+    cfg: Config,
+    health: Mutex<HashMap<String, Health>>,
+    published: Arc<Published>,
+    proxy: Proxy,
+}
+
+impl Env {
+    async fn start(cfg: Config) -> Env {
+        let published = Arc::new(Published::default());
+        let env_health = Mutex::new(HashMap::new());
+        published.store(Selections::compute(&cfg, &|_| Health::Ok));
+        let proxy = Proxy::start(Arc::new(cfg.clone()), published.clone())
+            .await
+            .expect("proxy starts");
+        Env {
+            cfg,
+            health: env_health,
+            published,
+            proxy,
+        }
+    }
+
+    fn publish(&self) {
+        let health = self.health.lock().expect("lock").clone();
+        let f = move |name: &str| health.get(name).copied().unwrap_or(Health::Ok);
+        self.published.store(Selections::compute(&self.cfg, &f));
+    }
+
+    fn set_health(&self, name: &str, h: Health) {
+        self.health.lock().expect("lock").insert(name.into(), h);
+        self.publish();
+    }
+
+    /// Changes the configuration (e.g. Maintenance) and applies it like the daemon: reload
+    /// the proxy, then republish selection.
+    async fn reconfigure(&mut self, change: impl FnOnce(&mut Config)) {
+        change(&mut self.cfg);
+        self.proxy
+            .update(Arc::new(self.cfg.clone()))
+            .await
+            .expect("reload");
+        self.publish();
+    }
+
+    async fn set_maintenance(&mut self, name: &str, on: bool) {
+        self.reconfigure(|cfg| {
+            for s in cfg.backend_services.iter_mut().filter(|s| s.name == name) {
+                s.maintenance = on;
+            }
+        })
+        .await;
+    }
+
+    fn addr(&self, vs: &str) -> SocketAddr {
+        let vs = self
+            .cfg
+            .vservices
+            .iter()
+            .find(|v| v.name == vs)
+            .expect("vservice");
+        match vs.ports {
+            PortSpec::Single(p) => SocketAddr::new(vs.address, p),
+            _ => unreachable!("single port"),
+        }
+    }
+
+    fn stats(&self, vs: &str) -> lb::proxy::VsStats {
+        self.proxy
+            .stats()
+            .into_iter()
+            .find(|s| s.name == vs)
+            .expect("stats")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// GET `path` on `addr`: (status, headers, body).
+async fn get(addr: SocketAddr, path: &str) -> (StatusCode, hyper::HeaderMap, String) {
+    get_with(&client(), addr, path, &[]).await
+}
+
+async fn get_with(
+    c: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, hyper::HeaderMap, String) {
+    let mut req = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.request(req.body(Empty::new()).expect("req")),
+    )
+    .await
+    .expect("in time")
+    .expect("response");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Sends raw bytes and reads until the proxy closes or 5 s pass.
+async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(bytes).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: Backup (S-BK)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk1_s_bk2_backup_takes_over_when_every_main_is_error_or_in_maintenance() {
+    let (a, b, bk) = (
+        http_backend("a").await,
+        http_backend("b").await,
+        http_backend("bk").await,
+    );
+    let vs = vservice("web", VServiceKind::Http, &["a", "b", "bk"]);
+    let mut env = Env::start(config(
+        vec![
+            service("a", a.addr),
+            service("b", b.addr),
+            backup("bk", bk.addr),
+        ],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web");
+    // S-BK1: with mains available the backup gets nothing.
+    for _ in 0..10 {
+        let (status, _, body) = get(addr, "/").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body == "a" || body == "b", "{body}");
+    }
+    assert_eq!(bk.hits(), 0);
+    // One main in Error, the other in Maintenance: the backup takes over (S-BK2).
+    env.set_health("a", Health::Error);
+    env.set_maintenance("b", true).await;
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").await.2, "bk");
+    }
+    // A main is back: new requests leave the backup.
+    env.set_health("a", Health::Ok);
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").await.2, "a");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk3_only_the_first_available_backup_gets_traffic() {
+    let (m, b1, b2) = (
+        http_backend("m").await,
+        http_backend("b1").await,
+        http_backend("b2").await,
+    );
+    let vs = vservice("web", VServiceKind::Http, &["m", "b1", "b2"]);
+    let env = Env::start(config(
+        vec![
+            service("m", m.addr),
+            backup("b1", b1.addr),
+            backup("b2", b2.addr),
+        ],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web");
+    env.set_health("m", Health::Error);
+    for _ in 0..10 {
+        assert_eq!(get(addr, "/").await.2, "b1");
+    }
+    assert_eq!(b2.hits(), 0, "traffic is never spread across backups");
+    env.set_health("b1", Health::Error);
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").await.2, "b2");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk4_main_return_moves_new_traffic_while_open_streams_on_the_backup_finish() {
+    let (m, bk) = (http_backend("m").await, http_backend("bk").await);
+    let (tm, tbk) = (tcp_backend("tm").await, tcp_backend("tbk").await);
+    let web = vservice("web", VServiceKind::Http, &["m", "bk"]);
+    let tcp = vservice("tcp", VServiceKind::L7Tcp, &["tm", "tbk"]);
+    let env = Env::start(config(
+        vec![
+            service("m", m.addr),
+            backup("bk", bk.addr),
+            service("tm", tm.addr),
+            backup("tbk", tbk.addr),
+        ],
+        vec![],
+        vec![web, tcp],
+    ))
+    .await;
+    let (web, tcp) = (env.addr("web"), env.addr("tcp"));
+    env.set_health("m", Health::Error);
+    env.set_health("tm", Health::Error);
+    // A streaming response (20 chunks over ~1 s) and an L7 TCP connection, both on the backups.
+    let stream = tokio::spawn(get(web, "/stream?n=20&ms=50"));
+    let mut conn = TcpStream::connect(tcp).await.expect("connect");
+    conn.write_all(b"x").await.expect("write");
+    let mut buf = [0u8; 64];
+    let k = conn.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"tbk:x");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The mains return: new requests and connections go to them...
+    env.set_health("m", Health::Ok);
+    env.set_health("tm", Health::Ok);
+    assert_eq!(get(web, "/").await.2, "m");
+    let mut fresh = TcpStream::connect(tcp).await.expect("connect");
+    fresh.write_all(b"y").await.expect("write");
+    let k = fresh.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"tm:y");
+    // ...while the open ones keep going on the backups to completion.
+    conn.write_all(b"z").await.expect("write");
+    let k = conn.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"tbk:z");
+    let (status, _, body) = stream.await.expect("join");
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, "bk\n".repeat(20), "the streamed response completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk9_no_backend_answers_503_with_the_configured_or_built_in_page_and_closes_l7_tcp() {
+    let (a, t) = (http_backend("a").await, tcp_backend("t").await);
+    let plain = vservice("plain", VServiceKind::Http, &["a"]);
+    let mut paged = vservice("paged", VServiceKind::Http, &["a"]);
+    if let Some(l7) = paged.l7.as_mut() {
+        l7.error_page = Some("<h1>down for maintenance</h1>".into());
+    }
+    let tcp = vservice("tcp", VServiceKind::L7Tcp, &["t"]);
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("t", t.addr)],
+        vec![],
+        vec![plain, paged, tcp],
+    ))
+    .await;
+    env.set_health("a", Health::Error);
+    env.set_health("t", Health::Error);
+    let (status, headers, body) = get(env.addr("plain"), "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/plain")
+    );
+    assert_eq!(headers["retry-after"], "1");
+    assert!(body.contains("503"), "{body}");
+    let (status, headers, body) = get(env.addr("paged"), "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/html")
+    );
+    assert_eq!(body, "<h1>down for maintenance</h1>");
+    assert_eq!(a.hits(), 0);
+    // L7 TCP: the client is closed at once, without any data.
+    let started = std::time::Instant::now();
+    let mut conn = TcpStream::connect(env.addr("tcp")).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf))
+        .await
+        .expect("closed in time");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed without data: {read:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(t.hits(), 0);
+    assert_eq!(env.stats("plain").unavailable, 1);
+    assert_eq!(env.stats("tcp").unavailable, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk6_a_conditional_set_uses_its_own_list_and_backups() {
+    let (d, dbk, api, apibk) = (
+        http_backend("d").await,
+        http_backend("dbk").await,
+        http_backend("api").await,
+        http_backend("apibk").await,
+    );
+    let mut vs = vservice("web", VServiceKind::Http, &["d", "dbk"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.conditional_sets = vec![ConditionalSet {
+            name: "api".into(),
+            conditions: vec![Condition::Path(StrMatch::Prefix("/api/".into()))],
+            backends: vec!["api".into(), "apibk".into()],
+        }];
+    }
+    let env = Env::start(config(
+        vec![
+            service("d", d.addr),
+            backup("dbk", dbk.addr),
+            service("api", api.addr),
+            backup("apibk", apibk.addr),
+        ],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web");
+    assert_eq!(get(addr, "/api/x").await.2, "api");
+    assert_eq!(get(addr, "/index").await.2, "d");
+    // The set's main fails: the set's own backup takes over, not the Default list's.
+    env.set_health("api", Health::Error);
+    assert_eq!(get(addr, "/api/x").await.2, "apibk");
+    assert_eq!(get(addr, "/index").await.2, "d");
+    // The Default list's main fails: its backup serves the default, the set keeps its own.
+    env.set_health("d", Health::Error);
+    assert_eq!(get(addr, "/index").await.2, "dbk");
+    assert_eq!(get(addr, "/api/y").await.2, "apibk");
+    // Both of the set's members down: 503 for the set, although the Default backup is up.
+    env.set_health("apibk", Health::Error);
+    assert_eq!(get(addr, "/api/z").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(get(addr, "/index").await.2, "dbk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk8_a_full_backend_makes_requests_wait_never_the_backup_and_503_on_queue_timeout() {
+    let (m, bk) = (http_backend("m").await, http_backend("bk").await);
+    let mut vs = vservice("web", VServiceKind::Http, &["m", "bk"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.timeouts.queue = Duration::from_millis(600);
+    }
+    let main = BackendService {
+        max_connections: Some(1),
+        ..service("m", m.addr)
+    };
+    let env = Env::start(config(vec![main, backup("bk", bk.addr)], vec![], vec![vs])).await;
+    let addr = env.addr("web");
+    // One slow request holds the only slot for 300 ms; the next waits, then gets m.
+    let first = tokio::spawn(get(addr, "/?ms=300"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let (status, _, body) = get(addr, "/").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "m"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "it waited in the queue"
+    );
+    assert_eq!(first.await.expect("join").2, "m");
+    // A slot held longer than the queue timeout: the waiter gets 503, the backup nothing.
+    let long = tokio::spawn(get(addr, "/?ms=1500"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, _, _) = get(addr, "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(long.await.expect("join").2, "m");
+    assert_eq!(
+        bk.hits(),
+        0,
+        "S-BK8: the backup never takes over for a full backend"
+    );
+    assert_eq!(env.stats("web").pool.queue_timeouts, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: Maintenance (S-MT)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt1_maintenance_drains_with_zero_failed_requests_under_load() {
+    let (a, b) = (http_backend("a").await, http_backend("b").await);
+    let vs = vservice("web", VServiceKind::Http, &["a", "b"]);
+    let env = Arc::new(tokio::sync::Mutex::new(
+        Env::start(config(
+            vec![service("a", a.addr), service("b", b.addr)],
+            vec![],
+            vec![vs],
+        ))
+        .await,
+    ));
+    let addr = env.lock().await.addr("web");
+    let failures = Arc::new(AtomicUsize::new(0));
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let failures = failures.clone();
+        clients.spawn(async move {
+            let c = client();
+            for i in 0..200 {
+                // Every 10th request is slow, so requests are in flight when maintenance flips.
+                let path = if i % 10 == 0 { "/?ms=30" } else { "/" };
+                let req = Request::get(format!("http://{addr}{path}"))
+                    .body(Empty::new())
+                    .expect("req");
+                let ok = match tokio::time::timeout(Duration::from_secs(10), c.request(req)).await {
+                    Ok(Ok(resp)) if resp.status() == StatusCode::OK => {
+                        resp.into_body().collect().await.is_ok()
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let toggler = {
+        let env = env.clone();
+        tokio::spawn(async move {
+            for round in 0..20 {
+                let name = if round % 2 == 0 { "a" } else { "b" };
+                env.lock().await.set_maintenance(name, true).await;
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                env.lock().await.set_maintenance(name, false).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    while clients.join_next().await.is_some() {}
+    toggler.await.expect("toggler");
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "S-MT1: no request fails during maintenance"
+    );
+    assert_eq!(a.hits() + b.hits(), 1600);
+    assert!(a.hits() > 0 && b.hits() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt1_s_mt3_maintenance_keeps_an_open_l7_tcp_connection_and_the_listener() {
+    let (a, b) = (tcp_backend("a").await, tcp_backend("b").await);
+    let mut vs = vservice("tcp", VServiceKind::L7Tcp, &["a", "b"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.algorithm = lb::config::Algorithm::First;
+    }
+    let mut env = Env::start(config(
+        vec![service("a", a.addr), service("b", b.addr)],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("tcp");
+    let mut conn = TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 64];
+    conn.write_all(b"1").await.expect("write");
+    let k = conn.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"a:1");
+    env.set_maintenance("a", true).await;
+    // New connections go to b; the open one stays on a and keeps working (S-MT1).
+    let mut fresh = TcpStream::connect(addr).await.expect("connect");
+    fresh.write_all(b"2").await.expect("write");
+    let k = fresh.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"b:2");
+    conn.write_all(b"3").await.expect("write");
+    let k = conn.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"a:3");
+    // Half-close: the client's EOF reaches the backend, whose last words still arrive.
+    conn.shutdown().await.expect("shutdown");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert_eq!(rest, b"a:bye");
+    let stats = env.stats("tcp");
+    let a_stats = stats
+        .pool
+        .backends
+        .iter()
+        .find(|s| s.name == "a")
+        .expect("a stats");
+    assert_eq!(a_stats.bytes_in, 2);
+    assert_eq!(a_stats.bytes_out, 3 + 3 + 5);
+}
+
+/// Reads the persistence cookie value out of a response's Set-Cookie.
+fn set_cookie(headers: &hyper::HeaderMap, name: &str) -> Option<String> {
+    headers.get_all("set-cookie").iter().find_map(|v| {
+        let v = v.to_str().ok()?;
+        let first = v.split(';').next()?;
+        let (k, val) = first.split_once('=')?;
+        (k == name).then(|| val.to_string())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt5_cookie_clients_pinned_to_a_server_in_maintenance_are_re_pinned() {
+    let (a, b, c) = (
+        http_backend("a").await,
+        http_backend("b").await,
+        http_backend("c").await,
+    );
+    let mut vs = vservice("web", VServiceKind::Http, &["a", "b", "c"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.persistence = Persistence::Cookie(CookiePersistence {
+            name: "LBSERVER".into(),
+            http_only: true,
+            secure: true,
+            same_site: SameSite::Strict,
+        });
+    }
+    let mut env = Env::start(config(
+        vec![
+            service("a", a.addr),
+            service("b", b.addr),
+            service("c", c.addr),
+        ],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web");
+    let cl = client();
+    let (_, headers, first) = get_with(&cl, addr, "/", &[]).await;
+    let cookie = set_cookie(&headers, "LBSERVER").expect("a persistence cookie is set");
+    let raw = headers["set-cookie"].to_str().expect("ascii");
+    assert!(
+        raw.contains("Path=/") && raw.contains("HttpOnly") && raw.contains("Secure"),
+        "{raw}"
+    );
+    assert!(raw.contains("SameSite=Strict"), "{raw}");
+    let sent = format!("LBSERVER={cookie}");
+    for _ in 0..6 {
+        let (_, h, body) = get_with(&cl, addr, "/", &[("cookie", &sent)]).await;
+        assert_eq!(body, first, "the pinned client stays on its server");
+        assert!(
+            set_cookie(&h, "LBSERVER").is_none(),
+            "no new cookie while the pin is right"
+        );
+    }
+    env.set_maintenance(&first, true).await;
+    let (_, h, moved) = get_with(&cl, addr, "/", &[("cookie", &sent)]).await;
+    assert_ne!(
+        moved, first,
+        "S-MT5: re-pinned away from the server in maintenance"
+    );
+    let new_cookie = set_cookie(&h, "LBSERVER").expect("re-pinned with a new cookie");
+    let resent = format!("LBSERVER={new_cookie}");
+    for _ in 0..4 {
+        assert_eq!(
+            get_with(&cl, addr, "/", &[("cookie", &resent)]).await.2,
+            moved
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt5_source_ip_pins_move_on_maintenance_and_rebalance_and_clear_all() {
+    let (a, b) = (http_backend("a").await, http_backend("b").await);
+    let mut vs = vservice("web", VServiceKind::Http, &["a", "b"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.persistence = Persistence::SourceIp {
+            idle: Duration::from_secs(60),
+        };
+    }
+    let mut env = Env::start(config(
+        vec![service("a", a.addr), service("b", b.addr)],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web");
+    let first = get(addr, "/").await.2;
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").await.2, first, "the source IP stays pinned");
+    }
+    let pins = env.proxy.pins("web").expect("vservice");
+    assert_eq!(pins.len(), 1);
+    assert_eq!(pins[0].backend, first);
+    // Rebalance moves the pin onto the other server.
+    assert_eq!(env.proxy.rebalance("web", &first), Some(1));
+    let other = get(addr, "/").await.2;
+    assert_ne!(other, first);
+    assert_eq!(env.proxy.pins("web").expect("vservice")[0].backend, other);
+    // Maintenance on the pinned server re-pins (S-MT5).
+    env.set_maintenance(&other, true).await;
+    assert_eq!(get(addr, "/").await.2, first);
+    env.set_maintenance(&other, false).await;
+    // Clear All drops the pins.
+    assert_eq!(env.proxy.clear_pins("web"), Some(1));
+    assert!(env.proxy.pins("web").expect("vservice").is_empty());
+    assert!(env.proxy.pins("nope").is_none());
+    assert_eq!(env.proxy.rebalance("nope", "a"), None);
+    assert_eq!(env.proxy.clear_pins("nope"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: bad input and failures
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_request_gets_400_without_reaching_a_backend() {
+    let a = http_backend("a").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let reply = raw(
+        env.addr("web"),
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    let reply = raw(env.addr("web"), b"\x01\x02garbage\r\n\r\n").await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert_eq!(a.hits(), 0);
+    assert_eq!(env.stats("web").bad_requests, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_get_431() {
+    let a = http_backend("a").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let big = "x".repeat(lb::proxy::MAX_HEADER_BYTES + 1024);
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+    let reply = raw(env.addr("web"), req.as_bytes()).await;
+    assert!(
+        reply.starts_with("HTTP/1.1 431"),
+        "{}",
+        &reply[..reply.len().min(200)]
+    );
+    assert_eq!(a.hits(), 0);
+    // A normal request is fine.
+    assert_eq!(get(env.addr("web"), "/").await.2, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_is_cut_at_the_client_timeout() {
+    let a = http_backend("a").await;
+    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.timeouts.client = Duration::from_millis(500);
+    }
+    let env = Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await;
+    for opening in [&b"GET / HTTP/1.1\r\nHost: x\r\n"[..], &b"G"[..]] {
+        let mut s = TcpStream::connect(env.addr("web")).await.expect("connect");
+        s.write_all(opening).await.expect("write");
+        let started = std::time::Instant::now();
+        // Trickle a header byte every 100 ms: never completes the headers.
+        let mut closed = false;
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if s.write_all(b"X").await.is_err() {
+                closed = true;
+                break;
+            }
+            let mut buf = [0u8; 256];
+            match tokio::time::timeout(Duration::from_millis(1), s.read(&mut buf)).await {
+                Ok(Ok(_)) | Ok(Err(_)) => {
+                    closed = true;
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        let took = started.elapsed();
+        assert!(closed, "the connection was cut");
+        assert!(
+            took < Duration::from_millis(2000),
+            "cut near the 500 ms client timeout, took {took:?}"
+        );
+    }
+    assert_eq!(a.hits(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_closing_mid_response_aborts_that_response_only_and_is_counted() {
+    // A backend that promises 1000 bytes, sends 10 and closes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let bad_addr = listener.local_addr().expect("addr");
+    let bad = tokio::spawn(async move {
+        for _ in 0..10 {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789")
+                .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let good = http_backend("good").await;
+    let mut bad_vs = vservice("bad", VServiceKind::Http, &["bad"]);
+    if let Some(l7) = bad_vs.l7.as_mut() {
+        l7.forwarded_headers = false;
+    }
+    let env = Env::start(config(
+        vec![service("bad", bad_addr), service("good", good.addr)],
+        vec![],
+        vec![bad_vs, vservice("ok", VServiceKind::Http, &["good"])],
+    ))
+    .await;
+    let c = client();
+    let req = Request::get(format!("http://{}/", env.addr("bad")))
+        .body(Empty::new())
+        .expect("req");
+    let resp = c.request(req).await.expect("headers arrive");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect())
+        .await
+        .expect("in time");
+    assert!(
+        body.is_err(),
+        "the client sees the response aborted, not a short success"
+    );
+    // Counted, and other requests are unaffected.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stats = env.stats("bad");
+    assert_eq!(stats.upstream_aborts, 1);
+    assert_eq!(
+        stats
+            .pool
+            .backends
+            .iter()
+            .find(|b| b.name == "bad")
+            .map(|b| b.failures),
+        Some(1)
+    );
+    for _ in 0..5 {
+        assert_eq!(get(env.addr("ok"), "/").await.2, "good");
+    }
+    bad.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refusing_connections_gets_502() {
+    let port = free_port();
+    let dead: SocketAddr = ([127, 0, 0, 1], port).into();
+    let env = Env::start(config(
+        vec![service("dead", dead)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["dead"])],
+    ))
+    .await;
+    assert_eq!(get(env.addr("web"), "/").await.0, StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_and_host_reach_the_backend() {
+    let a = http_backend("a").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let (_, h, _) = get_with(
+        &client(),
+        env.addr("web"),
+        "/",
+        &[("x-forwarded-for", "203.0.113.9")],
+    )
+    .await;
+    assert_eq!(h["seen-x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["seen-x-forwarded-proto"], "http");
+    assert_eq!(h["seen-host"], env.addr("web").to_string());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: protocols
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_request_works() {
+    let a = http_backend("a").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let c: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new());
+    let req = Request::get(format!("http://{}/", env.addr("web")))
+        .body(Empty::new())
+        .expect("req");
+    let resp = c.request(req).await.expect("h2c response");
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_alpn_h2_and_http11_works() {
+    let a = http_backend("a").await;
+    let dir = std::env::temp_dir().join(format!("lb-l7-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+    let (cert_path, key_path): (std::path::PathBuf, std::path::PathBuf) =
+        (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).expect("write cert");
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).expect("write key");
+    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.tls = Some(TlsSettings {
+            cert: cert_path,
+            key: key_path,
+        });
+    }
+    let env = Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).expect("root");
+    for (alpn, version) in [
+        (&b"h2"[..], hyper::Version::HTTP_2),
+        (&b"http/1.1"[..], hyper::Version::HTTP_11),
+    ] {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![alpn.to_vec()];
+        let tcp = TcpStream::connect(env.addr("web")).await.expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+            .expect("handshake");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+        let io = TokioIo::new(tls);
+        let resp = if version == hyper::Version::HTTP_2 {
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .expect("h2");
+            tokio::spawn(conn);
+            let req = Request::get("https://localhost/")
+                .body(Empty::<Bytes>::new())
+                .expect("req");
+            send.send_request(req).await.expect("response")
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.expect("h1");
+            tokio::spawn(conn);
+            let req = Request::get("/")
+                .header("host", "localhost")
+                .body(Empty::<Bytes>::new())
+                .expect("req");
+            send.send_request(req).await.expect("response")
+        };
+        assert_eq!(resp.version(), version);
+        assert_eq!(resp.headers()["seen-x-forwarded-proto"], "https");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&body[..], b"a");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: reload
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt3_reload_keeps_listeners_binds_new_and_stops_removed_and_fails_cleanly() {
+    let (a, t) = (http_backend("a").await, tcp_backend("t").await);
+    let mut env = Env::start(config(
+        vec![service("a", a.addr), service("t", t.addr)],
+        vec![],
+        vec![
+            vservice("web", VServiceKind::Http, &["a"]),
+            vservice("tcp", VServiceKind::L7Tcp, &["t"]),
+        ],
+    ))
+    .await;
+    let (web, tcp) = (env.addr("web"), env.addr("tcp"));
+    // An open L7 TCP connection and a keep-alive HTTP client survive the reload.
+    let mut conn = TcpStream::connect(tcp).await.expect("connect");
+    let cl = client();
+    assert_eq!(get_with(&cl, web, "/", &[]).await.2, "a");
+    let added = vservice("added", VServiceKind::Http, &["a"]);
+    let added_addr = SocketAddr::new(
+        added.address,
+        match added.ports {
+            PortSpec::Single(p) => p,
+            _ => 0,
+        },
+    );
+    env.reconfigure(|cfg| {
+        cfg.vservices.retain(|v| v.name != "tcp");
+        cfg.vservices.push(added);
+        if let Some(l7) = cfg.vservices[0].l7.as_mut() {
+            l7.error_page = Some("reloaded".into());
+        }
+    })
+    .await;
+    assert_eq!(get_with(&cl, web, "/", &[]).await.2, "a");
+    assert_eq!(get(added_addr, "/").await.2, "a");
+    // The removed vService no longer accepts, but its open connection still works.
+    assert!(TcpStream::connect(tcp).await.is_err());
+    conn.write_all(b"k").await.expect("write");
+    let mut buf = [0u8; 16];
+    let k = conn.read(&mut buf).await.expect("read");
+    assert_eq!(&buf[..k], b"t:k");
+    // A changed setting applies to new requests.
+    env.set_health("a", Health::Error);
+    assert_eq!(get(web, "/").await.2, "reloaded");
+    // A listener that cannot bind fails the reload and changes nothing.
+    let blocker = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = blocker.local_addr().expect("addr").port();
+    let before = env.proxy.stats().len();
+    let mut broken = env.cfg.clone();
+    let mut clash = vservice("clash", VServiceKind::Http, &["a"]);
+    clash.ports = PortSpec::Single(taken);
+    broken.vservices.push(clash);
+    broken.vservices.retain(|v| v.name != "added");
+    assert!(env.proxy.update(Arc::new(broken)).await.is_err());
+    assert_eq!(env.proxy.stats().len(), before);
+    env.set_health("a", Health::Ok);
+    assert_eq!(get(added_addr, "/").await.2, "a");
+    let proxy = std::mem::replace(
+        &mut env.proxy,
+        Proxy::start(
+            Arc::new(config(vec![], vec![], vec![])),
+            env.published.clone(),
+        )
+        .await
+        .expect("empty"),
+    );
+    proxy.shutdown(Duration::from_millis(200)).await;
+    assert!(TcpStream::connect(web).await.is_err(), "shut down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt6_group_maintenance_applies_to_its_members() {
+    let (a, b, c) = (
+        http_backend("a").await,
+        http_backend("b").await,
+        http_backend("c").await,
+    );
+    let vs = vservice("web", VServiceKind::Http, &["g", "c"]);
+    let group = BackendGroup {
+        name: "g".into(),
+        members: vec!["a".into(), "b".into()],
+        backup: false,
+        maintenance: false,
+    };
+    let mut env = Env::start(config(
+        vec![
+            service("a", a.addr),
+            service("b", b.addr),
+            service("c", c.addr),
+        ],
+        vec![group],
+        vec![vs],
+    ))
+    .await;
+    env.reconfigure(|cfg| cfg.backend_groups[0].maintenance = true)
+        .await;
+    for _ in 0..6 {
+        assert_eq!(get(env.addr("web"), "/").await.2, "c");
+    }
+}

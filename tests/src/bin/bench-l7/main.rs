@@ -1,0 +1,212 @@
+//! `cargo xtask bench l7`: this project's HTTP proxy against HAProxy and nginx in front of
+//! the same backend, on loopback, under the same wrk load (issue 4 item 10, issue 6 item 4).
+//!
+//! Each system runs `rounds` times, alternating systems and rotating which goes first, and
+//! the median of each figure is reported with the ratios ours / theirs. Then a Maintenance
+//! run counts the requests that fail while Maintenance moves between two Backend Services
+//! every second (must be 0). A peer that cannot run (a package missing, a process that does
+//! not start) is listed as not measured and the rest still runs; no figure is printed that
+//! was not measured. The markdown table is also written to `target/bench/l7.md`.
+//!
+//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (3),
+//! `LB_BENCH_DURATION` seconds per run (10), `LB_BENCH_CONNECTIONS` (64),
+//! `LB_BENCH_THREADS` wrk threads (2).
+
+mod maint;
+mod peers;
+mod procs;
+mod report;
+mod setup;
+mod wrk;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+use crate::peers::{Ports, local};
+use crate::procs::{Guard, Scratch};
+use crate::report::{Report, SystemFigures};
+use crate::wrk::{Load, WrkResult};
+
+/// Length of the unrecorded warm-up run of each system.
+const WARM_UP: Duration = Duration::from_secs(2);
+
+/// A proxy under test.
+struct System {
+    name: &'static str,
+    port: u16,
+    guard: Guard,
+    runs: Vec<WrkResult>,
+    broken: Option<String>,
+}
+
+fn env_num(name: &str, default: u64) -> Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("{name}={v:?}: expected a positive integer"),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// First line a tool prints about its version (stdout or stderr), for the report header.
+fn version(bin: &str, arg: &str) -> String {
+    Command::new(bin)
+        .arg(arg)
+        .output()
+        .map(|o| {
+            let mut all = String::from_utf8_lossy(&o.stdout).into_owned();
+            all.push_str(&String::from_utf8_lossy(&o.stderr));
+            all.lines().next().unwrap_or_default().trim().to_string()
+        })
+        .unwrap_or_else(|e| format!("{bin}: {e}"))
+}
+
+fn main() -> Result<()> {
+    let rounds = env_num("LB_BENCH_ROUNDS", 3)?;
+    let load = Load {
+        threads: u32::try_from(env_num("LB_BENCH_THREADS", 2)?)?,
+        connections: u32::try_from(env_num("LB_BENCH_CONNECTIONS", 64)?)?,
+        duration: Duration::from_secs(env_num("LB_BENCH_DURATION", 10)?),
+    };
+    let lb_bin = std::env::var_os("LB_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/release/lb"));
+    let tools = setup::ensure();
+    let mut report = Report::new(load, rounds);
+    for (pkg, why) in &tools.missing {
+        report.not_measured(format!("{pkg}: {why}"));
+    }
+    if !tools.has("wrk") {
+        report.not_measured("every figure: no load generator (wrk)".into());
+        report.print_and_save(&workspace());
+        bail!("wrk is not available");
+    }
+    if !tools.has("nginx") {
+        report.not_measured("every figure: no backend (the backend is nginx)".into());
+        report.print_and_save(&workspace());
+        bail!("nginx is not available");
+    }
+    report.header(format!(
+        "wrk: {}; haproxy: {}; nginx: {}; lb: {} ({})",
+        version("/usr/bin/wrk", "-v"),
+        version("/usr/sbin/haproxy", "-v"),
+        version("/usr/sbin/nginx", "-v"),
+        version(&lb_bin.display().to_string(), "--version"),
+        lb_bin.display(),
+    ));
+    let scratch = Scratch::new()?;
+    let ports = Ports::pick()?;
+    let _backend = peers::start_backend(&scratch, &ports)?;
+    let mut systems = start_systems(&lb_bin, &scratch, &ports, &tools, &mut report);
+    for s in &mut systems {
+        let warm = Load {
+            duration: WARM_UP,
+            ..load
+        };
+        if let Err(e) = wrk::run(warm, local(s.port)) {
+            s.broken = Some(format!("warm-up failed: {e:#}"));
+        }
+    }
+    let n = systems.len();
+    for round in 0..rounds {
+        for i in 0..n {
+            let s = &mut systems[(i + usize::try_from(round)?) % n];
+            if s.broken.is_some() {
+                continue;
+            }
+            if let Err(e) = s.guard.check_alive() {
+                s.broken = Some(format!("{e:#}"));
+                continue;
+            }
+            match wrk::run(load, local(s.port)) {
+                Ok(r) => {
+                    println!(
+                        "round {}/{rounds} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  \
+                         failed {}",
+                        round + 1,
+                        s.name,
+                        r.rps,
+                        r.p50_ms,
+                        r.p99_ms,
+                        r.failed()
+                    );
+                    s.runs.push(r);
+                }
+                Err(e) => s.broken = Some(format!("{e:#}")),
+            }
+        }
+    }
+    for s in &systems {
+        if let Some(why) = &s.broken {
+            report.not_measured(format!("{}: {why}", s.name));
+        }
+        if !s.runs.is_empty() {
+            report.system(SystemFigures::new(s.name, &s.runs));
+        }
+    }
+    match systems
+        .iter()
+        .find(|s| s.name == "lb" && s.broken.is_none())
+    {
+        Some(_) => match maint::run(&lb_bin, ports.lb_api, local(ports.lb_maint), load, &scratch) {
+            Ok(m) => report.maintenance(m),
+            Err(e) => report.not_measured(format!("maintenance run: {e:#}")),
+        },
+        None if systems.iter().any(|s| s.name == "lb") => {
+            report.not_measured("maintenance run: lb did not run".into());
+        }
+        None => {}
+    }
+    drop(systems);
+    report.print_and_save(&workspace());
+    Ok(())
+}
+
+/// Starts our proxy, HAProxy and nginx; the ones that cannot start are reported.
+fn start_systems(
+    lb_bin: &Path,
+    scratch: &Scratch,
+    ports: &Ports,
+    tools: &setup::Tools,
+    report: &mut Report,
+) -> Vec<System> {
+    let mut started: Vec<(&'static str, u16, Result<Guard>)> = Vec::new();
+    if lb_bin.exists() {
+        started.push(("lb", ports.lb, peers::start_lb(lb_bin, scratch, ports)));
+    } else {
+        report.not_measured(format!(
+            "lb: {} does not exist (cargo build --release -p lb-userspace)",
+            lb_bin.display()
+        ));
+    }
+    if tools.has("haproxy") {
+        let g = peers::start_haproxy(scratch, ports);
+        started.push(("haproxy", ports.haproxy, g));
+    }
+    started.push(("nginx", ports.nginx, peers::start_nginx(scratch, ports)));
+    let mut out = Vec::new();
+    for (name, port, g) in started {
+        match g {
+            Ok(guard) => out.push(System {
+                name,
+                port,
+                guard,
+                runs: Vec::new(),
+                broken: None,
+            }),
+            Err(e) => report.not_measured(format!("{name}: could not start: {e:#}")),
+        }
+    }
+    out
+}

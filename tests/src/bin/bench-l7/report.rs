@@ -1,0 +1,223 @@
+//! The closing report: medians per system, ratios ours / theirs, the Maintenance run, and
+//! what could not be measured. Printed as markdown and saved to `target/bench/l7.md`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::maint::MaintReport;
+use crate::peers::{MAINT_BACKENDS, WORKERS};
+use crate::wrk::{Load, WrkResult};
+
+/// The medians of one system's runs.
+pub struct SystemFigures {
+    name: &'static str,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    each_rps: Vec<f64>,
+    failed: u64,
+}
+
+/// Median of a non-empty list (the mean of the two middle values for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl SystemFigures {
+    /// Medians over `runs` (at least one).
+    pub fn new(name: &'static str, runs: &[WrkResult]) -> Self {
+        Self {
+            name,
+            rps: median(runs.iter().map(|r| r.rps).collect()),
+            p50_ms: median(runs.iter().map(|r| r.p50_ms).collect()),
+            p99_ms: median(runs.iter().map(|r| r.p99_ms).collect()),
+            each_rps: runs.iter().map(|r| r.rps).collect(),
+            failed: runs.iter().map(WrkResult::failed).sum(),
+        }
+    }
+}
+
+/// Everything the bench has to say.
+pub struct Report {
+    load: Load,
+    rounds: u64,
+    header: Vec<String>,
+    systems: Vec<SystemFigures>,
+    maintenance: Option<MaintReport>,
+    not_measured: Vec<String>,
+}
+
+impl Report {
+    /// An empty report for this load.
+    pub fn new(load: Load, rounds: u64) -> Self {
+        Self {
+            load,
+            rounds,
+            header: Vec::new(),
+            systems: Vec::new(),
+            maintenance: None,
+            not_measured: Vec::new(),
+        }
+    }
+
+    /// A line of context (versions, machine).
+    pub fn header(&mut self, line: String) {
+        self.header.push(line);
+    }
+
+    /// One system's medians.
+    pub fn system(&mut self, f: SystemFigures) {
+        self.systems.push(f);
+    }
+
+    /// The Maintenance run's result.
+    pub fn maintenance(&mut self, m: MaintReport) {
+        self.maintenance = Some(m);
+    }
+
+    /// Something that could not be measured, and why.
+    pub fn not_measured(&mut self, what: String) {
+        self.not_measured.push(what);
+    }
+
+    fn find(&self, name: &str) -> Option<&SystemFigures> {
+        self.systems.iter().find(|s| s.name == name)
+    }
+
+    /// The whole report as markdown.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let l = self.load;
+        let _ = writeln!(o, "## L7 proxy benchmark\n");
+        let _ = writeln!(
+            o,
+            "Machine: {} CPUs, load average at the end {}; kernel {}.",
+            std::thread::available_parallelism().map_or(0, usize::from),
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+            std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim(),
+        );
+        for h in &self.header {
+            let _ = writeln!(o, "{h}.");
+        }
+        let _ = writeln!(
+            o,
+            "Load: wrk -t{} -c{} -d{}s --latency, {} rounds alternating the systems (medians). \
+             Every proxy has {WORKERS} workers, keeps upstream connections alive, logs off; \
+             backend: nginx `return 200` on 127.0.0.1. All processes share the same CPUs.\n",
+            l.threads,
+            l.connections,
+            l.duration.as_secs(),
+            self.rounds
+        );
+        if !self.systems.is_empty() {
+            let _ = writeln!(
+                o,
+                "| system | req/s (median) | p50 latency | p99 latency | req/s per round | \
+                 failed requests |\n|---|---:|---:|---:|---|---:|"
+            );
+            for s in &self.systems {
+                let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
+                let _ = writeln!(
+                    o,
+                    "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} |",
+                    s.name,
+                    s.rps,
+                    s.p50_ms,
+                    s.p99_ms,
+                    each.join(" / "),
+                    s.failed
+                );
+            }
+            let _ = writeln!(o);
+        }
+        if let Some(ours) = self.find("lb") {
+            for peer in ["haproxy", "nginx"] {
+                if let Some(p) = self.find(peer) {
+                    let _ = writeln!(o, "ratio vs {peer}: {:.2}  ", ours.rps / p.rps);
+                    let _ = writeln!(
+                        o,
+                        "p99 vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, {})  ",
+                        ours.p99_ms,
+                        p.p99_ms,
+                        ours.p99_ms / p.p99_ms,
+                        if ours.p99_ms <= p.p99_ms {
+                            "no worse"
+                        } else {
+                            "worse"
+                        }
+                    );
+                }
+            }
+            let _ = writeln!(o);
+        }
+        if let Some(m) = &self.maintenance {
+            let _ = writeln!(
+                o,
+                "Maintenance moved between {a} and {b} every second through the API during a \
+                 {d} s wrk run (-t{t} -c{c}) on our proxy:\n\n\
+                 | requests | failed | non-2xx | socket errors | API calls ok / failed | \
+                 slowest call | served {a} / {b} | late |\n\
+                 |---:|---:|---:|---:|---|---:|---|---:|\n\
+                 | {req} | {failed} | {non} | {sock} | {ok} / {bad} | {slow:.0} ms | \
+                 {sa} / {sb} | {late} |\n\n\
+                 failed requests during maintenance toggling: {failed}\n",
+                a = MAINT_BACKENDS[0],
+                b = MAINT_BACKENDS[1],
+                d = l.duration.as_secs(),
+                t = l.threads,
+                c = l.connections,
+                req = m.wrk.requests,
+                failed = m.wrk.failed(),
+                non = m.wrk.non_2xx,
+                sock = m.wrk.socket_errors,
+                ok = m.calls_ok,
+                bad = m.calls_failed.len(),
+                slow = m.slowest_call.as_secs_f64() * 1e3,
+                sa = m.served[0],
+                sb = m.served[1],
+                late = m.late,
+            );
+            let _ = writeln!(
+                o,
+                "(late = requests a backend served more than 100 ms after its Maintenance call \
+                 returned.)\n"
+            );
+            for e in &m.calls_failed {
+                let _ = writeln!(o, "- API call failed: {e}");
+            }
+        }
+        if !self.not_measured.is_empty() {
+            let _ = writeln!(o, "Not measured:\n");
+            for n in &self.not_measured {
+                let _ = writeln!(o, "- {}", n.replace('\n', "\n  "));
+            }
+        }
+        o
+    }
+
+    /// Prints the report and writes it to `<workspace>/target/bench/l7.md`.
+    pub fn print_and_save(&self, workspace: &Path) {
+        let text = self.render();
+        println!("\n{text}");
+        let dir = workspace.join("target/bench");
+        let saved =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("l7.md"), &text));
+        match saved {
+            Ok(()) => println!("(saved to {})", dir.join("l7.md").display()),
+            Err(e) => println!("(could not save to {}: {e})", dir.display()),
+        }
+    }
+}

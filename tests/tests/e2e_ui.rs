@@ -1,0 +1,516 @@
+//! End-to-end test of the Live Stats page (S-OB1..3, S-MT8) in headless Chromium.
+//!
+//! Starts a real `lb run` daemon without XDP (L7 vServices only) on loopback, with Backend
+//! Services that are plain TCP listeners started here, then runs
+//! `node tests/ui/livestats.spec.mjs URL`: the page must show the health the daemon decided,
+//! turn Maintenance on and off through its toggle (the tier of a list whose only main goes
+//! into Maintenance moves to the backup), and plot check durations. Meanwhile this test
+//! watches the configuration file: Maintenance must be written to it (S-MT8) and removed again.
+//!
+//! Needs the `lb` binary (env `LB_BIN`, else `<repo>/target/debug/lb`: run
+//! `cargo build -p lb-userspace` first), node, and Debian's chromium (installed with apt-get
+//! when missing; the node packages with `npm ci` when missing).
+//! Run: `cargo test -p lb-tests --test e2e_ui -- --nocapture`.
+//! Screenshots are written to `<repo>/target/ui-livestats.png` (and `-token.png`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Longest time the browser test may take before it is killed.
+const SPEC_TIMEOUT: Duration = Duration::from_secs(180);
+/// Longest wait for the daemon's API to answer after start.
+const API_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections sent through the L7 TCP vService before the page is checked.
+const TRAFFIC: usize = 3;
+/// A comment in the configuration that the API's write-back must keep.
+const MARKER_COMMENT: &str = "# Live Stats e2e: this comment must survive write-back";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+// ----- prerequisites (idempotent) ---------------------------------------------------------
+
+/// Runs a command to completion, failing with its name when it does not succeed.
+fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {what}"))?;
+    if !status.success() {
+        bail!("{what} failed: {status}");
+    }
+    Ok(())
+}
+
+fn apt_install(packages: &[&str]) -> Result<()> {
+    let install = |quiet_update: bool| -> Result<()> {
+        if quiet_update {
+            run_checked(Command::new("apt-get").arg("update"), "apt-get update")?;
+        }
+        run_checked(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends"])
+                .args(packages)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            &format!("apt-get install {}", packages.join(" ")),
+        )
+    };
+    // The package lists may be missing or stale on a fresh machine: update once and retry.
+    install(false).or_else(|_| install(true))
+}
+
+/// Debian's chromium at /usr/bin/chromium; installs it when missing.
+fn ensure_chromium() -> Result<()> {
+    if Path::new("/usr/bin/chromium").exists() {
+        return Ok(());
+    }
+    eprintln!("e2e_ui: /usr/bin/chromium missing, installing Debian's chromium");
+    apt_install(&["chromium"])?;
+    if !Path::new("/usr/bin/chromium").exists() {
+        bail!("apt-get installed chromium but /usr/bin/chromium is still missing");
+    }
+    Ok(())
+}
+
+fn has_command(name: &str) -> bool {
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// node and the locked node packages of tests/ui (playwright-core, no browser download).
+fn ensure_node_deps(ui: &Path) -> Result<()> {
+    if !has_command("node") || !has_command("npm") {
+        eprintln!("e2e_ui: node/npm missing, installing Debian's nodejs and npm");
+        apt_install(&["nodejs", "npm"])?;
+    }
+    if ui
+        .join("node_modules/playwright-core/package.json")
+        .exists()
+    {
+        return Ok(());
+    }
+    eprintln!("e2e_ui: installing node packages with npm ci");
+    run_checked(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+            .arg(ui)
+            .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1"),
+        "npm ci --prefix tests/ui",
+    )
+}
+
+fn lb_binary() -> Result<PathBuf> {
+    let bin = std::env::var_os("LB_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/debug/lb"));
+    if !bin.exists() {
+        bail!(
+            "{} not found: run `cargo build -p lb-userspace` or set LB_BIN",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+// ----- backends and daemon ----------------------------------------------------------------
+
+/// A plain TCP server on 127.0.0.1 that accepts and closes connections (health checks pass).
+struct Backend {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Backend {
+    fn start() -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => drop(conn),
+                    Err(_) => thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(Backend {
+            port,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A loopback port nothing listens on once this returns (connection refused: health Error).
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The `lb run` child; killed on drop so a failed assertion leaves nothing running.
+struct DaemonProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl DaemonProcess {
+    fn start(bin: &Path, config: &Path, log: PathBuf) -> Result<Self> {
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(DaemonProcess { child, log })
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_text(
+    api: SocketAddr,
+    token: Option<&str>,
+    ports: &[u16; 4],
+    web: u16,
+    tcp: u16,
+) -> String {
+    let token = token
+        .map(|t| format!("token = \"{t}\"\n"))
+        .unwrap_or_default();
+    format!(
+        r#"[reflection]
+l7_delay = 0.0
+
+[api]
+listen = "{api}"
+{token}
+
+[[health_check]]
+name = "tcp-fast"
+type = "tcp"
+period = 1.0
+timeout = 0.5
+required_successes = 1
+required_failures = 1
+
+{MARKER_COMMENT}
+[[backend_service]]
+name = "b1"
+address = "127.0.0.1"
+port = {p1}
+health_check = "tcp-fast"
+
+[[backend_service]]
+name = "b2"
+address = "127.0.0.1"
+port = {p2}
+health_check = "tcp-fast"
+backup = true
+
+[[backend_service]]
+name = "b3"
+address = "127.0.0.1"
+port = {p3}
+weight = 2
+health_check = "tcp-fast"
+
+# Nothing listens on b4's port: its health is Error.
+[[backend_service]]
+name = "b4"
+address = "127.0.0.1"
+port = {p4}
+health_check = "tcp-fast"
+
+# b1 is the only main: Maintenance on b1 hands the list to the backup b2.
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = {web}
+backends = ["b1", "b2"]
+
+# b3 stays eligible here when b1 is in Maintenance.
+[[vservice]]
+name = "tcp"
+kind = "l7-tcp"
+address = "127.0.0.1"
+port = {tcp}
+backends = ["b1", "b3"]
+"#,
+        p1 = ports[0],
+        p2 = ports[1],
+        p3 = ports[2],
+        p4 = ports[3],
+    )
+}
+
+/// A minimal HTTP/1.1 GET on loopback, with a Bearer token when given: (status, body).
+fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("bad HTTP answer: {text:.80}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn wait_for_api(addr: SocketAddr, token: Option<&str>, daemon: &mut DaemonProcess) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Ok((200, body)) = http_get(addr, "/api/v1/stats/live", token)
+            && body.contains("\"backends\"")
+        {
+            return Ok(());
+        }
+        if let Some(status) = daemon.child.try_wait()? {
+            bail!("lb run exited with {status}:\n{}", daemon.log_text());
+        }
+        if start.elapsed() > API_TIMEOUT {
+            bail!(
+                "the API did not answer on {addr} within {API_TIMEOUT:?}:\n{}",
+                daemon.log_text()
+            );
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until the API shows `list` tier of vService `vs`'s default list (traffic sent
+/// before the backends are OK would be refused, not counted per backend).
+fn wait_for_tier(addr: SocketAddr, token: Option<&str>, vs: &str, tier: &str) -> Result<()> {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < API_TIMEOUT {
+        if let Ok((200, body)) = http_get(addr, "/api/v1/stats/live", token) {
+            let v: serde_json::Value = serde_json::from_str(&body)?;
+            let now = v["vservices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|x| x["name"] == vs)
+                .map(|x| x["lists"][0]["tier"].as_str().unwrap_or("").to_string())
+                .unwrap_or_default();
+            if now == tier {
+                return Ok(());
+            }
+            last = now;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    bail!("vService {vs} never reached tier {tier} (last: {last:?})")
+}
+
+/// Opens `count` connections through the L7 TCP vService (the proxy forwards each to b1 or
+/// b3, which close it at once), so the page has non-zero totals to show (S-OB1).
+fn send_traffic(vs: SocketAddr, count: usize) -> Result<()> {
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        if start.elapsed() > API_TIMEOUT {
+            bail!("only {done} of {count} connections through {vs} succeeded");
+        }
+        let Ok(mut s) = TcpStream::connect_timeout(&vs, Duration::from_secs(1)) else {
+            thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let _ = s.write_all(b"hello\n");
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+        done += 1;
+    }
+    Ok(())
+}
+
+/// b1's maintenance flag as the configuration file says, through the library's parser.
+fn b1_maintenance_in_file(path: &Path) -> Option<bool> {
+    let cfg = lb::config::load(path).ok()?;
+    cfg.backend_services
+        .iter()
+        .find(|b| b.name == "b1")
+        .map(|b| b.maintenance)
+}
+
+/// Runs the browser test while sampling the config file: (exit status, b1 seen in Maintenance).
+fn run_spec(
+    root: &Path,
+    url: &str,
+    token: Option<&str>,
+    config: &Path,
+    screenshot: &Path,
+) -> Result<(ExitStatus, bool)> {
+    let mut cmd = Command::new("node");
+    cmd.arg(root.join("tests/ui/livestats.spec.mjs"))
+        .arg(url)
+        .args(["--backend", "b1", "--expect", "b1=OK,b2=OK,b3=OK,b4=Error"])
+        .args(["--traffic", &TRAFFIC.to_string()])
+        .arg("--screenshot")
+        .arg(screenshot)
+        .env_remove("LB_TOKEN");
+    if let Some(t) = token {
+        cmd.env("LB_TOKEN", t);
+    }
+    let mut child = cmd.spawn().context("starting node")?;
+    let start = Instant::now();
+    let mut seen_on = false;
+    loop {
+        if b1_maintenance_in_file(config) == Some(true) {
+            seen_on = true;
+        }
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, seen_on));
+        }
+        if start.elapsed() > SPEC_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("livestats.spec.mjs did not finish within {SPEC_TIMEOUT:?}");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One run of the page against a fresh daemon; `token` configures `api.token`.
+fn scenario(name: &str, token: Option<&str>) -> Result<()> {
+    let root = repo_root();
+    let ui = root.join("tests/ui");
+    ensure_chromium()?;
+    ensure_node_deps(&ui)?;
+    let bin = lb_binary()?;
+
+    let backends = [Backend::start()?, Backend::start()?, Backend::start()?];
+    let ports = [
+        backends[0].port,
+        backends[1].port,
+        backends[2].port,
+        free_port()?,
+    ];
+    let api: SocketAddr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let dir = std::env::temp_dir().join(format!("lb-e2e-ui-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("lb.toml");
+    let tcp_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let text = config_text(api, token, &ports, free_port()?, tcp_vs.port());
+    std::fs::write(&config, text)?;
+    lb::config::load(&config).map_err(|e| anyhow::anyhow!("test config rejected: {e}"))?;
+    assert_eq!(b1_maintenance_in_file(&config), Some(false));
+
+    let mut daemon = DaemonProcess::start(&bin, &config, dir.join("lb.log"))?;
+    wait_for_api(api, token, &mut daemon)?;
+    let (index_status, index) = http_get(api, "/", token)?;
+    assert_eq!(index_status, 200, "GET / answered {index_status}");
+    assert!(
+        index.contains("/ui/app.js"),
+        "GET / is not the Live Stats page"
+    );
+    if token.is_some() {
+        let (status, _) = http_get(api, "/api/v1/stats/live", None)?;
+        assert_eq!(status, 401, "the API answered {status} without the token");
+    }
+
+    wait_for_tier(api, token, "tcp", "mains")?;
+    send_traffic(tcp_vs, TRAFFIC)?;
+
+    let screenshot = root.join(format!("target/ui-livestats{name}.png"));
+    let url = format!("http://{api}/");
+    let (status, seen_on) = run_spec(&root, &url, token, &config, &screenshot)?;
+    if !status.success() {
+        bail!(
+            "livestats.spec.mjs failed ({status}); daemon log:\n{}",
+            daemon.log_text()
+        );
+    }
+    assert!(
+        seen_on,
+        "maintenance = true never appeared in {} for b1",
+        config.display()
+    );
+    assert_eq!(
+        b1_maintenance_in_file(&config),
+        Some(false),
+        "b1 is still in Maintenance in the file after the page turned it off"
+    );
+    let text = std::fs::read_to_string(&config)?;
+    assert!(
+        text.contains(MARKER_COMMENT),
+        "write-back lost the file's comments:\n{text}"
+    );
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// One browser and one daemon at a time (2 cores).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// S-OB1..3 and S-MT8 through the page: health badges, the amber Maintenance marker and the
+/// tier change, the transitions chart; Maintenance is written to the file and removed again.
+/// The screenshot is `<repo>/target/ui-livestats.png`.
+#[test]
+fn s_ob1_live_stats_page_shows_health_and_toggles_maintenance() -> Result<()> {
+    let _one = serial();
+    scenario("", None)
+}
+
+/// The same with `api.token` set: the page shows the 401 in its banner until the operator
+/// enters the token, keeps it in localStorage and sends it as a Bearer header.
+#[test]
+fn s_ob1_live_stats_page_with_api_token() -> Result<()> {
+    let _one = serial();
+    scenario("-token", Some("e2e-ui-secret-token-0123456789"))
+}
