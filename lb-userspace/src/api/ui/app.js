@@ -590,6 +590,40 @@
     canvas.dataset.failed = String(pts.filter((p) => !p.ok).length);
   }
 
+  // ----- global sites (S-GS4) -------------------------------------------------------------
+
+  function siteClass(state) {
+    if (state === "OK") return "badge ok";
+    if (state === "No Services") return "badge error";
+    return "badge preparing";
+  }
+
+  function renderGslb(data) {
+    const sites = (data && data.sites) || [];
+    $("gslb").hidden = sites.length === 0;
+    if (sites.length === 0) return;
+    const rows = sites.map((s) =>
+      el("tr", { "data-testid": `gslb-site-${s.key.record}-${s.key.site}` },
+        el("td", { text: s.key.dns_vservice }),
+        el("td", { text: s.key.record }),
+        el("td", { text: s.key.site }),
+        el("td", { text: s.vservice }),
+        el("td", { text: s.standby ? "standby" : "active" }),
+        el("td", {}, el("span", { class: siteClass(s.state), text: s.state })),
+        el("td", { text: s.reason || "" }),
+        el("td", { class: "num", text: fmtNum(s.sessions) }),
+        el("td", { text: s.since_unix_ms ? fmtDateTime(s.since_unix_ms) : "–" })));
+    setChildren($("gslb-sites").tBodies[0], rows);
+    const recent = ((data && data.transitions) || []).slice(-10).reverse();
+    setChildren($("gslb-transitions").tBodies[0], recent.map((t) =>
+      el("tr", {},
+        el("td", { text: fmtDateTime(t.at_unix_ms) }),
+        el("td", { text: `${t.key.record} @ ${t.key.site}` }),
+        el("td", { text: t.from }),
+        el("td", { text: t.to }),
+        el("td", { text: t.reason || "" }))));
+  }
+
   // ----- refresh loop ---------------------------------------------------------------------
 
   async function refresh() {
@@ -598,6 +632,7 @@
       state.errors.refresh = null;
       renderVServices(live.vservices);
       renderBackends(live.backends);
+      renderGslb(await api("/api/v1/gslb"));
       const now = live.generated_unix_ms || Date.now();
       const stamp = $("last-refresh");
       setText(stamp, fmtTime(now).slice(0, 8));
