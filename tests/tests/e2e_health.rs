@@ -15,7 +15,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use lb_tests::netns::{Daemon, Reply, Topology, TopologyOptions, require_data_path, tcp_ask};
+use lb_tests::netns::{
+    self, Daemon, Reply, Topology, TopologyOptions, count_by_backend, require_data_path, tcp_ask,
+};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -259,40 +261,9 @@ fn wait_all_ok(
 
 // ----- traffic -----------------------------------------------------------------------------
 
-fn count_by_backend(replies: &[Reply]) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for r in replies {
-        *counts.entry(r.backend.clone()).or_insert(0) += 1;
-    }
-    counts
-}
-
-/// `count` new TCP connections from the client; every one must be answered. Stops early
-/// after 3 failures or 20 s (each failure costs up to the 2 s client timeout).
+/// `count` new TCP connections from the client, every one answered, counted by backend.
 fn ask_many(topo: &Topology, count: usize, addr: SocketAddrV4) -> BTreeMap<String, usize> {
-    let (replies, errors) = topo
-        .client
-        .run(|| {
-            let started = Instant::now();
-            let (mut replies, mut errors) = (Vec::new(), Vec::new());
-            for _ in 0..count {
-                match tcp_ask(addr) {
-                    Ok(reply) => replies.push(reply),
-                    Err(e) => errors.push(format!("{e:#}")),
-                }
-                if errors.len() >= 3 || started.elapsed() > Duration::from_secs(20) {
-                    break;
-                }
-            }
-            (replies, errors)
-        })
-        .expect("enter client namespace");
-    assert!(
-        errors.is_empty() && replies.len() == count,
-        "{} of {count} connections to {addr} answered; errors: {errors:?}",
-        replies.len()
-    );
-    count_by_backend(&replies)
+    count_by_backend(&netns::ask_many(&topo.client, count, tcp_ask, addr))
 }
 
 // ----- tests -------------------------------------------------------------------------------

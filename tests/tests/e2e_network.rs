@@ -10,10 +10,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use lb_tests::netns::{
-    self, HeldConn, Reply, Topology, TopologyOptions, backend_addr, require_data_path, tcp_ask,
-    udp_ask,
+    self, HeldConn, Topology, TopologyOptions, ask_many, backend_addr, count_by_backend,
+    require_data_path, tcp_ask, udp_ask,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -59,48 +58,6 @@ fn vservice(
 
 fn all_names(topo: &Topology) -> Vec<&str> {
     topo.backends.iter().map(|b| b.name.as_str()).collect()
-}
-
-/// Runs up to `count` asks of `ask` in the client namespace; every one must be answered.
-/// Stops early after 5 failures or 20 s, so a broken data path fails fast (each failed ask
-/// costs up to the 2 s client timeout).
-fn ask_many(
-    topo: &Topology,
-    count: usize,
-    ask: fn(SocketAddrV4) -> Result<Reply>,
-    addr: SocketAddrV4,
-) -> Vec<Reply> {
-    let (replies, errors) = topo
-        .client
-        .run(|| {
-            let started = Instant::now();
-            let (mut replies, mut errors) = (Vec::new(), Vec::new());
-            for _ in 0..count {
-                match ask(addr) {
-                    Ok(reply) => replies.push(reply),
-                    Err(e) => errors.push(format!("{e:#}")),
-                }
-                if errors.len() >= 5 || started.elapsed() > Duration::from_secs(20) {
-                    break;
-                }
-            }
-            (replies, errors)
-        })
-        .expect("enter client namespace");
-    assert!(
-        errors.is_empty() && replies.len() == count,
-        "{} of {count} requests to {addr} answered; errors: {errors:?}",
-        replies.len()
-    );
-    replies
-}
-
-fn count_by_backend(replies: &[Reply]) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for r in replies {
-        *counts.entry(r.backend.clone()).or_insert(0) += 1;
-    }
-    counts
 }
 
 /// Asserts each backend's share is within 10 percentage points of its weight's share.
@@ -218,7 +175,7 @@ fn harness_dsr_return_path_without_xdp() {
         let (bk_rx0, _) = topo.balancer.link_packets(&b.balancer_dev).expect("stats");
         let (dsr_rx0, _) = topo.client.link_packets(&dsr_dev).expect("stats");
         let addr = SocketAddrV4::new(backend_addr(i + 1), 8000);
-        let replies = ask_many(&topo, 5, tcp_ask, addr);
+        let replies = ask_many(&topo.client, 5, tcp_ask, addr);
         assert!(replies.iter().all(|r| r.backend == b.name));
         let (bk_rx1, _) = topo.balancer.link_packets(&b.balancer_dev).expect("stats");
         let (dsr_rx1, _) = topo.client.link_packets(&dsr_dev).expect("stats");
@@ -253,7 +210,7 @@ fn network_tcp_l4_nat_spread_follows_weights() {
             + &vservice("web", "tcp-l4", vip(10), "port = 8000", "nat", &names);
         load(&topo, &cfg);
         let started = Instant::now();
-        let replies = ask_many(&topo, 600, tcp_ask, addr);
+        let replies = ask_many(&topo.client, 600, tcp_ask, addr);
         println!(
             "tcp-l4 weights {weights:?}: 600 connections in {:?}",
             started.elapsed()
@@ -282,7 +239,7 @@ fn network_udp_l4_nat_requests_answered_and_spread() {
     let cfg = backend_services(&topo, 5300, &[1, 1, 1])
         + &vservice("dns", "udp-l4", vip(11), "port = 5300", "nat", &names);
     load(&topo, &cfg);
-    let replies = ask_many(&topo, 300, udp_ask, SocketAddrV4::new(vip(11), 5300));
+    let replies = ask_many(&topo.client, 300, udp_ask, SocketAddrV4::new(vip(11), 5300));
     let counts = count_by_backend(&replies);
     println!("udp-l4: 300 of 300 answered: {counts:?}");
     assert!(replies.iter().all(|r| r.port == 5300));
@@ -313,7 +270,7 @@ fn network_port_range_keeps_port_and_ignores_outside_ports() {
         );
     load(&topo, &cfg);
     for p in in_range {
-        let replies = ask_many(&topo, 30, tcp_ask, SocketAddrV4::new(vip(12), p));
+        let replies = ask_many(&topo.client, 30, tcp_ask, SocketAddrV4::new(vip(12), p));
         let counts = count_by_backend(&replies);
         println!("port range: port {p}: {counts:?}");
         assert!(
@@ -347,8 +304,8 @@ fn network_any_l3_balances_tcp_udp_and_icmp() {
     let cfg = backend_services(&topo, 0, &[1, 1, 1])
         + &vservice("any", "any-l3", vip(13), "", "nat", &names);
     load(&topo, &cfg);
-    let tcp = ask_many(&topo, 60, tcp_ask, SocketAddrV4::new(vip(13), 8080));
-    let udp = ask_many(&topo, 60, udp_ask, SocketAddrV4::new(vip(13), 5353));
+    let tcp = ask_many(&topo.client, 60, tcp_ask, SocketAddrV4::new(vip(13), 8080));
+    let udp = ask_many(&topo.client, 60, udp_ask, SocketAddrV4::new(vip(13), 5353));
     let (tcp_counts, udp_counts) = (count_by_backend(&tcp), count_by_backend(&udp));
     println!("any-l3: tcp 8080 {tcp_counts:?}, udp 5353 {udp_counts:?}");
     assert!(tcp.iter().all(|r| r.port == 8080) && udp.iter().all(|r| r.port == 5353));
@@ -399,7 +356,7 @@ fn network_dsr_replies_bypass_the_balancer() {
     };
     let before = stats(&topo);
     let addr = SocketAddrV4::new(vip(14), 8000);
-    let replies = ask_many(&topo, 60, tcp_ask, addr);
+    let replies = ask_many(&topo.client, 60, tcp_ask, addr);
     let mut held = topo
         .client
         .run(|| HeldConn::open(addr))
@@ -496,7 +453,7 @@ fn network_backend_removal_keeps_other_connections() {
         }
     }
     println!("removal: {kept} connections on b1/b2 still work after the reload");
-    let replies = ask_many(&topo, 60, tcp_ask, addr);
+    let replies = ask_many(&topo.client, 60, tcp_ask, addr);
     let counts = count_by_backend(&replies);
     println!("removal: 60 new connections after reload: {counts:?}");
     assert!(
@@ -551,7 +508,7 @@ fn network_daemon_restart_keeps_connections_and_balancing() {
         held.echo(&format!("down {n}"))
             .expect("echo while the daemon is down");
     }
-    let while_down = ask_many(&topo, 10, tcp_ask, addr);
+    let while_down = ask_many(&topo.client, 10, tcp_ask, addr);
     println!("restart: while down: {:?}", count_by_backend(&while_down));
 
     let mut daemon = topo.lb_run(&cfg).expect("restart lb run");
@@ -565,7 +522,7 @@ fn network_daemon_restart_keeps_connections_and_balancing() {
         held.echo(&format!("restarted {n}"))
             .expect("echo after restart");
     }
-    let replies = ask_many(&topo, 60, tcp_ask, addr);
+    let replies = ask_many(&topo.client, 60, tcp_ask, addr);
     let counts = count_by_backend(&replies);
     println!("restart: 60 new connections after restart: {counts:?}");
     assert_eq!(counts.len(), 3, "spread over all backends");

@@ -4,6 +4,7 @@
 //! [`Netns::run`](super::Netns::run) for the client namespace. A [`HeldConn`] opened there
 //! may afterwards be used from any thread.
 
+use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -128,4 +129,46 @@ fn read_line(stream: &mut TcpStream, pending: &mut Vec<u8>) -> Result<String> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Runs up to `count` asks of `ask` in the `client` namespace; every one must be answered
+/// (a test assertion: panics listing the errors). Stops early after 5 failures or 20 s, so a
+/// broken path fails fast (each failed ask costs up to the 2 s client timeout).
+pub fn ask_many(
+    client: &super::Netns,
+    count: usize,
+    ask: fn(SocketAddrV4) -> Result<Reply>,
+    addr: SocketAddrV4,
+) -> Vec<Reply> {
+    let (replies, errors) = client
+        .run(|| {
+            let started = Instant::now();
+            let (mut replies, mut errors) = (Vec::new(), Vec::new());
+            for _ in 0..count {
+                match ask(addr) {
+                    Ok(reply) => replies.push(reply),
+                    Err(e) => errors.push(format!("{e:#}")),
+                }
+                if errors.len() >= 5 || started.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+            }
+            (replies, errors)
+        })
+        .expect("enter client namespace");
+    assert!(
+        errors.is_empty() && replies.len() == count,
+        "{} of {count} requests to {addr} answered; errors: {errors:?}",
+        replies.len()
+    );
+    replies
+}
+
+/// How many replies each backend gave.
+pub fn count_by_backend(replies: &[Reply]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in replies {
+        *counts.entry(r.backend.clone()).or_insert(0) += 1;
+    }
+    counts
 }
