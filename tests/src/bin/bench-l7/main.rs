@@ -39,6 +39,8 @@ struct System {
     port: u16,
     guard: Guard,
     runs: Vec<WrkResult>,
+    /// CPU microseconds the proxy spent per request, per run (when /proc could tell).
+    cpu_us: Vec<f64>,
     broken: Option<String>,
 }
 
@@ -129,19 +131,26 @@ fn main() -> Result<()> {
                 s.broken = Some(format!("{e:#}"));
                 continue;
             }
+            let cpu_before = s.guard.cpu_time();
             match wrk::run(load, local(s.port)) {
                 Ok(r) => {
+                    let cpu = cpu_before
+                        .zip(s.guard.cpu_time())
+                        .filter(|_| r.requests > 0)
+                        .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
                     println!(
                         "round {}/{rounds} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  \
-                         failed {}",
+                         failed {}  proxy cpu {} us/request",
                         round + 1,
                         s.name,
                         r.rps,
                         r.p50_ms,
                         r.p99_ms,
-                        r.failed()
+                        r.failed(),
+                        cpu.map_or("?".into(), |c| format!("{c:.1}")),
                     );
                     s.runs.push(r);
+                    s.cpu_us.extend(cpu);
                 }
                 Err(e) => s.broken = Some(format!("{e:#}")),
             }
@@ -152,7 +161,7 @@ fn main() -> Result<()> {
             report.not_measured(format!("{}: {why}", s.name));
         }
         if !s.runs.is_empty() {
-            report.system(SystemFigures::new(s.name, &s.runs));
+            report.system(SystemFigures::new(s.name, &s.runs, &s.cpu_us));
         }
     }
     match systems
@@ -203,6 +212,7 @@ fn start_systems(
                 port,
                 guard,
                 runs: Vec::new(),
+                cpu_us: Vec::new(),
                 broken: None,
             }),
             Err(e) => report.not_measured(format!("{name}: could not start: {e:#}")),

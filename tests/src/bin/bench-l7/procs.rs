@@ -101,6 +101,22 @@ impl Guard {
         }
     }
 
+    /// CPU time (user + system) used so far by the process and its direct children (the
+    /// nginx master's workers), or `None` when /proc cannot tell.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let pid = self.child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        let mut ticks = proc_ticks(pid)?;
+        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            ticks += proc_ticks(c).unwrap_or(0);
+        }
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+        Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
+    }
+
     fn signal(&self, sig: libc::c_int) {
         if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
             // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
@@ -122,6 +138,17 @@ impl Drop for Guard {
             let _ = self.child.wait();
         }
     }
+}
+
+/// utime + stime of one process, in clock ticks (fields 14 and 15 of /proc/PID/stat,
+/// counted after the parenthesised command name, which may hold spaces).
+fn proc_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// The last `lines` lines of a log file (for error messages).

@@ -16,6 +16,8 @@ pub struct SystemFigures {
     p99_ms: f64,
     each_rps: Vec<f64>,
     failed: u64,
+    /// Median CPU microseconds per request of the proxy's processes (None: not measured).
+    cpu_us: Option<f64>,
 }
 
 /// Median of a non-empty list (the mean of the two middle values for an even count).
@@ -30,8 +32,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl SystemFigures {
-    /// Medians over `runs` (at least one).
-    pub fn new(name: &'static str, runs: &[WrkResult]) -> Self {
+    /// Medians over `runs` (at least one) and over the CPU cost per request of each run.
+    pub fn new(name: &'static str, runs: &[WrkResult], cpu_us: &[f64]) -> Self {
         Self {
             name,
             rps: median(runs.iter().map(|r| r.rps).collect()),
@@ -39,6 +41,7 @@ impl SystemFigures {
             p99_ms: median(runs.iter().map(|r| r.p99_ms).collect()),
             each_rps: runs.iter().map(|r| r.rps).collect(),
             failed: runs.iter().map(WrkResult::failed).sum(),
+            cpu_us: (!cpu_us.is_empty()).then(|| median(cpu_us.to_vec())),
         }
     }
 }
@@ -116,7 +119,10 @@ impl Report {
             o,
             "Load: wrk -t{} -c{} -d{}s --latency, {} rounds alternating the systems (medians). \
              Every proxy has {WORKERS} workers, keeps upstream connections alive, logs off; \
-             backend: nginx `return 200` on 127.0.0.1. All processes share the same CPUs.\n",
+             backend: nginx `return 200` on 127.0.0.1. All processes share the same CPUs; \
+             proxy CPU per request = user + system time of the proxy's processes during a \
+             run / its requests (median), which other load on the machine disturbs less than \
+             req/s.\n",
             l.threads,
             l.connections,
             l.duration.as_secs(),
@@ -125,18 +131,20 @@ impl Report {
         if !self.systems.is_empty() {
             let _ = writeln!(
                 o,
-                "| system | req/s (median) | p50 latency | p99 latency | req/s per round | \
-                 failed requests |\n|---|---:|---:|---:|---|---:|"
+                "| system | req/s (median) | p50 latency | p99 latency | proxy CPU per request | \
+                 req/s per round | failed requests |\n|---|---:|---:|---:|---:|---|---:|"
             );
             for s in &self.systems {
                 let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
                 let _ = writeln!(
                     o,
-                    "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} |",
+                    "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} |",
                     s.name,
                     s.rps,
                     s.p50_ms,
                     s.p99_ms,
+                    s.cpu_us
+                        .map_or("not measured".into(), |c| format!("{c:.1} us")),
                     each.join(" / "),
                     s.failed
                 );
@@ -147,6 +155,13 @@ impl Report {
             for peer in ["haproxy", "nginx"] {
                 if let Some(p) = self.find(peer) {
                     let _ = writeln!(o, "ratio vs {peer}: {:.2}  ", ours.rps / p.rps);
+                    if let (Some(a), Some(b)) = (ours.cpu_us, p.cpu_us) {
+                        let _ = writeln!(
+                            o,
+                            "CPU per request vs {peer}: {a:.1} us vs {b:.1} us ({:.2}x)  ",
+                            a / b
+                        );
+                    }
                     let _ = writeln!(
                         o,
                         "p99 vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, {})  ",
