@@ -13,7 +13,7 @@ pub mod ns;
 pub mod servers;
 pub mod topology;
 
-pub use client::{HeldConn, Reply, tcp_ask, udp_ask};
+pub use client::{HeldConn, Reply, ask_many, count_by_backend, tcp_ask, udp_ask};
 pub use lbctl::{Daemon, find_counter, require_data_path};
 pub use ns::Netns;
 pub use servers::ServerStop;
