@@ -149,3 +149,48 @@ pub fn demo() -> Result<()> {
         .env("LB_BIN", root().join("target/debug/lb"))
         .env("LB_XDP_OBJECT", object()))
 }
+
+/// Runs a release binary of lb-tests and saves its stdout+stderr as target/bench/`file`
+/// (bench-all folds the file into the report). A failing bench is recorded, not fatal.
+fn bench_capture(bin: &str, file: &str) -> Result<()> {
+    let dir = root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let out = Command::new(root().join("target/release").join(bin))
+        .env("LB_BIN", root().join("target/release/lb"))
+        .env("LB_XDP_OBJECT", object())
+        .output()?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text += &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        text += &format!("\n{bin} failed: {}\n", out.status);
+    }
+    print!("{text}");
+    std::fs::write(dir.join(file), text)?;
+    Ok(())
+}
+
+/// `part` of the comparative suite (`all`, `l4` or `control`): builds what it needs, and for
+/// `all` first runs bench-xdp and bench-l7 so their figures land in the same report.
+pub fn bench_suite(part: &str) -> Result<()> {
+    setup::setup()?;
+    ebpf()?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "--locked",
+        "--quiet",
+        "-p",
+        "lb-userspace",
+        "-p",
+        "lb-tests",
+        "--bins",
+    ]))?;
+    if part == "all" {
+        bench_capture("bench-xdp", "xdp.txt")?;
+        bench_capture("bench-l7", "l7.txt")?;
+    }
+    run(Command::new(root().join("target/release/bench-all"))
+        .arg(part)
+        .env("LB_BIN", root().join("target/release/lb"))
+        .env("LB_XDP_OBJECT", object()))
+}

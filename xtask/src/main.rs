@@ -71,10 +71,12 @@ enum Cmd {
     /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time;
     /// `health`: CPU and memory of the health engine checking 10,000 services over TCP;
     /// `l7`: the HTTP proxy against HAProxy and nginx (wrk), and failed requests while
-    /// Maintenance is toggled every second.
+    /// Maintenance is toggled every second; `l4`: XDP (nat, dsr) vs nftables DNAT vs kernel
+    /// routing vs a minimal XDP forwarder in namespaces; `control`: Maglev rebuild for 1,000
+    /// VIPs; `all`: every part, into target/bench/report.md with plots.
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["xdp", "health", "l7"])]
+        #[arg(value_parser = ["xdp", "health", "l7", "all", "l4", "control"])]
         what: String,
     },
     /// Set up, build, and run the namespace demo (client, balancer, three backends).
@@ -141,6 +143,7 @@ fn run_cli(cli: Cli) -> Result<()> {
             "xdp" => build::bench_xdp(),
             "health" => build::bench_health(),
             "l7" => build::bench_l7(),
+            "all" | "l4" | "control" => build::bench_suite(&what),
             other => anyhow::bail!("unknown benchmark {other}"),
         },
         Cmd::Demo => build::demo(),
