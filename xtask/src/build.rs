@@ -55,11 +55,10 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Setup, the XDP object, and the `lb` binary (debug profile).
-pub fn all() -> Result<()> {
-    setup::setup()?;
-    ebpf()?;
-    run(cargo().args([
+/// Builds every binary of lb-userspace and lb-tests (`lb`, the demo, the benches).
+fn build_bins(release: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
         "build",
         "--locked",
         "--quiet",
@@ -68,7 +67,35 @@ pub fn all() -> Result<()> {
         "-p",
         "lb-tests",
         "--bins",
-    ]))
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)
+}
+
+/// Runs one lb-tests binary in release mode, with `lb` and the XDP object found by path.
+fn run_release_bin(bin: &str) -> Result<()> {
+    run(cargo()
+        .args([
+            "run",
+            "--release",
+            "--locked",
+            "--quiet",
+            "-p",
+            "lb-tests",
+            "--bin",
+            bin,
+        ])
+        .env("LB_BIN", root().join("target/release/lb"))
+        .env("LB_XDP_OBJECT", object()))
+}
+
+/// Setup, the XDP object, and the `lb` binary (debug profile).
+pub fn all() -> Result<()> {
+    setup::setup()?;
+    ebpf()?;
+    build_bins(false)
 }
 
 /// Setup, build, then every test of the workspace.
@@ -85,33 +112,13 @@ pub fn test(extra: &[String]) -> Result<()> {
 pub fn bench_xdp() -> Result<()> {
     setup::setup()?;
     ebpf()?;
-    run(cargo()
-        .args([
-            "run",
-            "--release",
-            "--locked",
-            "--quiet",
-            "-p",
-            "lb-tests",
-            "--bin",
-            "bench-xdp",
-        ])
-        .env("LB_XDP_OBJECT", object()))
+    run_release_bin("bench-xdp")
 }
 
 /// CPU and memory of the health engine with 10,000 TCP-checked services, in release mode.
 /// It only uses loopback and the host crates, so neither setup nor the XDP object is needed.
 pub fn bench_health() -> Result<()> {
-    run(cargo().args([
-        "run",
-        "--release",
-        "--locked",
-        "--quiet",
-        "-p",
-        "lb-tests",
-        "--bin",
-        "bench-health",
-    ]))
+    run_release_bin("bench-health")
 }
 
 /// The HTTP proxy against HAProxy and nginx, in release mode. Loopback only and no XDP
@@ -128,18 +135,7 @@ pub fn bench_l7() -> Result<()> {
         "--bin",
         "lb",
     ]))?;
-    run(cargo()
-        .args([
-            "run",
-            "--release",
-            "--locked",
-            "--quiet",
-            "-p",
-            "lb-tests",
-            "--bin",
-            "bench-l7",
-        ])
-        .env("LB_BIN", root().join("target/release/lb")))
+    run_release_bin("bench-l7")
 }
 
 /// The namespace demo.
@@ -174,17 +170,7 @@ fn bench_capture(bin: &str, file: &str) -> Result<()> {
 pub fn bench_suite(part: &str) -> Result<()> {
     setup::setup()?;
     ebpf()?;
-    run(cargo().args([
-        "build",
-        "--release",
-        "--locked",
-        "--quiet",
-        "-p",
-        "lb-userspace",
-        "-p",
-        "lb-tests",
-        "--bins",
-    ]))?;
+    build_bins(true)?;
     if part == "all" {
         bench_capture("bench-xdp", "xdp.txt")?;
         bench_capture("bench-l7", "l7.txt")?;
