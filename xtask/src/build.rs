@@ -169,6 +169,10 @@ fn bench_capture(bin: &str, file: &str) -> Result<()> {
 /// `all` first runs bench-xdp and bench-l7 so their figures land in the same report.
 pub fn bench_suite(part: &str) -> Result<()> {
     setup::setup()?;
+    if part != "control" {
+        // The kernel's own balancer, compared against in the L4 part.
+        setup::ensure_packages(&["nftables", "conntrack"])?;
+    }
     ebpf()?;
     build_bins(true)?;
     if part == "all" {

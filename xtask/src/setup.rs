@@ -139,6 +139,12 @@ fn is_bpffs(path: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Installs `pkgs` where missing (benchmarks' peers such as nftables); idempotent.
+pub fn ensure_packages(pkgs: &[&str]) -> Result<()> {
+    let mut updated = false;
+    apt_install(pkgs, &mut updated)
+}
+
 /// Installs what is missing; prints nothing when nothing is.
 pub fn setup() -> Result<()> {
     if euid() != 0 {

@@ -71,11 +71,9 @@ pub fn run() -> Result<String> {
          | first apply, {VIPS} VIPs x {BACKENDS} backends, Maglev size {MAGLEV_SIZE} (build + write all maps) | {first:.3} s (one run) |\n\
          | rebuild and swap every VIP's table after a backend leaves/returns (median of {RUNS}) | {swap:.3} s |\n"
     )?;
-    writeln!(
-        out,
-        "The time from an API Maintenance call to the first request that avoids the server \
-         was not measured by this suite yet (see bench-l7's Maintenance run above for the \
-         failed-request count while toggling).\n"
-    )?;
+    match crate::maint::run() {
+        Ok(row) => writeln!(out, "| what | time |\n|---|---|\n{row}")?,
+        Err(e) => writeln!(out, "Maintenance-to-avoidance time could not run: {e:#}\n")?,
+    }
     Ok(out)
 }

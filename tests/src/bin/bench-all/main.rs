@@ -5,6 +5,7 @@
 
 mod control;
 mod l4;
+mod maint;
 mod plots;
 mod progs;
 mod report;
