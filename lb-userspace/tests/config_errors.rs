@@ -98,6 +98,14 @@ fn wrong_type_names_the_field() {
 }
 
 #[test]
+fn proxy_workers_out_of_range_names_the_field() {
+    let text = doc(&["[proxy]", "workers = 0"]);
+    assert_issue(&text, "proxy.workers", 2, "0 is out of range 1..=256");
+    let text = doc(&["[proxy]", "threads = 2"]);
+    assert_issue(&text, "proxy.threads", 2, "unknown field `threads`");
+}
+
+#[test]
 fn unknown_field_is_named() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]", "colour = \"blue\""]);
     assert_issue(

@@ -10,16 +10,17 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::issues::Issues;
 use super::raw::{
-    RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawReflection,
-    RawVService, RawXdp,
+    RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawProxy,
+    RawReflection, RawVService, RawXdp,
 };
 use super::raw_dns::RawDnsVService;
 
 /// The top-level sections the schema knows.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "xdp",
     "reflection",
     "api",
+    "proxy",
     "cluster",
     "health_check",
     "backend_service",
@@ -54,6 +55,7 @@ pub(super) struct RawDocument {
     pub xdp: RawXdp,
     pub reflection: RawReflection,
     pub api: RawApi,
+    pub proxy: RawProxy,
     /// `[cluster]` when present (and readable); its span points at the table.
     pub cluster: Option<Entry<RawCluster>>,
     pub health_checks: Vec<Entry<RawHealthCheck>>,
@@ -84,6 +86,7 @@ pub(super) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
             "xdp" => doc.xdp = read_table(name, value, issues),
             "reflection" => doc.reflection = read_table(name, value, issues),
             "api" => doc.api = read_table(name, value, issues),
+            "proxy" => doc.proxy = read_table(name, value, issues),
             "cluster" => doc.cluster = read_optional_table(name, value, issues),
             "health_check" => {
                 doc.health_checks =

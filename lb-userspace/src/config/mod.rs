@@ -101,6 +101,7 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
     let xdp = settings::xdp(&doc.xdp, issues);
     let reflection = settings::reflection(&doc.reflection, issues);
     let api = control::api(&doc.api, issues);
+    let proxy = settings::proxy(&doc.proxy, issues);
     let cluster = control::cluster(doc.cluster.as_ref(), &api.settings, issues);
     let health_checks = health::health_checks(&doc.health_checks, issues);
     let backends = backends::backends(&doc, issues);
@@ -120,6 +121,7 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
         backend_groups: backends.groups,
         vservices,
         api: api.settings,
+        proxy,
         cluster,
         dns_vservices,
     })

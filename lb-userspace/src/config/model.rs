@@ -24,12 +24,23 @@ pub struct Config {
     pub vservices: Vec<VService>,
     /// The REST API, Live Stats page and metrics listener.
     pub api: ApiSettings,
+    /// Process-wide settings of the L7 proxy.
+    pub proxy: ProxySettings,
     /// Cluster peers (S-CL); none when clustering is off.
     pub cluster: Option<ClusterSettings>,
     /// DNS vServices (global service standby, S-GS): authoritative answers with the
     /// addresses of the sites whose service is up. Kept apart from `vservices` because they
     /// have no backend lists: their "backends" are whole sites, polled over their API.
     pub dns_vservices: Vec<DnsVService>,
+}
+
+/// Process-wide settings of the L7 proxy (`[proxy]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxySettings {
+    /// Worker threads serving HTTP and L7 TCP client connections, each with its own event
+    /// loop and idle backend connections; None = one per CPU. Read at start: a reload that
+    /// changes it takes effect at the next restart.
+    pub workers: Option<u16>,
 }
 
 /// Where the REST API, the Live Stats page and /metrics listen.

@@ -30,6 +30,13 @@ pub(super) enum RawAttachMode {
     Skb,
 }
 
+/// `[proxy]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProxy {
+    pub workers: Option<Spanned<i64>>,
+}
+
 /// `[reflection]`: durations in seconds.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_spanned::Spanned;
 
 use super::issues::Issues;
-use super::model::{AttachMode, ReflectionSettings, XdpSettings};
-use super::raw::{RawAttachMode, RawReflection, RawXdp};
+use super::model::{AttachMode, ProxySettings, ReflectionSettings, XdpSettings};
+use super::raw::{RawAttachMode, RawProxy, RawReflection, RawXdp};
 use super::seconds::seconds;
 
 /// Default bpffs pin directory.
@@ -105,6 +105,27 @@ fn valid_ifname(name: &str) -> bool {
 }
 
 /// Validates `[reflection]`, filling the S-RF defaults (9 s, 5 s, 2.5 s).
+/// Most proxy worker threads accepted.
+const MAX_WORKERS: i64 = 256;
+
+pub(super) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
+    let workers = raw.workers.as_ref().and_then(|w| {
+        let value = *w.get_ref();
+        match u16::try_from(value) {
+            Ok(n) if (1..=MAX_WORKERS).contains(&value) => Some(n),
+            _ => {
+                issues.error(
+                    &w.span(),
+                    "proxy.workers",
+                    format!("{value} is out of range 1..={MAX_WORKERS}"),
+                );
+                None
+            }
+        }
+    });
+    ProxySettings { workers }
+}
+
 pub(super) fn reflection(raw: &RawReflection, issues: &mut Issues) -> ReflectionSettings {
     let mut delay = |value: &Option<Spanned<f64>>, key: &str, default: Duration| match value {
         Some(secs) => seconds(secs, &format!("reflection.{key}"), issues).unwrap_or(default),

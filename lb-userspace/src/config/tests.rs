@@ -23,6 +23,9 @@ network_remove_delay = 0
 network_add_delay = 1.5
 l7_delay = 3
 
+[proxy]
+workers = 3
+
 [[health_check]]
 name = "tcp"
 type = "tcp"
@@ -109,6 +112,7 @@ fn full_config_round_trips_into_the_model() {
             interfaces: vec!["veth0".into(), "veth1".into()],
             attach_mode: AttachMode::Skb,
         },
+        proxy: ProxySettings { workers: Some(3) },
         reflection: ReflectionSettings {
             network_remove_delay: Duration::ZERO,
             network_add_delay: Duration::from_millis(1500),

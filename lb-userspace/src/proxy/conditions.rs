@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use hyper::Request;
-use hyper::header::HOST;
+use hyper::header::{HOST, HeaderName};
 use regex::{Regex, RegexBuilder};
 
 use crate::config::{Condition, ConditionalSet, StrMatch};
@@ -61,7 +61,7 @@ impl Matcher {
 enum Test {
     Host(Matcher),
     Path(Matcher),
-    Header(hyper::header::HeaderName, Matcher),
+    Header(HeaderName, Matcher),
     Method(Vec<String>),
     SourceCidr(Vec<(IpAddr, u8)>),
     /// A header name that is not a valid HTTP name: no request can carry it.
@@ -90,7 +90,7 @@ impl Conditions {
     }
 
     /// The name of the first set whose conditions all match, or None for the Default list.
-    pub(crate) fn pick<B>(&self, req: &Request<B>, client: IpAddr) -> Option<&str> {
+    pub(crate) fn pick(&self, req: &impl RequestView, client: IpAddr) -> Option<&str> {
         self.sets
             .iter()
             .find(|(_, tests)| tests.iter().all(|t| matches(t, req, client)))
@@ -102,12 +102,10 @@ fn compile_one(c: &Condition) -> Test {
     match c {
         Condition::Host(m) => Test::Host(Matcher::new(m, true)),
         Condition::Path(m) => Test::Path(Matcher::new(m, false)),
-        Condition::Header { name, value } => {
-            match hyper::header::HeaderName::from_bytes(name.as_bytes()) {
-                Ok(name) => Test::Header(name, Matcher::new(value, false)),
-                Err(_) => Test::Never,
-            }
-        }
+        Condition::Header { name, value } => match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(name) => Test::Header(name, Matcher::new(value, false)),
+            Err(_) => Test::Never,
+        },
         Condition::Method(list) => {
             Test::Method(list.iter().map(|m| m.to_ascii_uppercase()).collect())
         }
@@ -115,16 +113,46 @@ fn compile_one(c: &Condition) -> Test {
     }
 }
 
-fn matches<B>(test: &Test, req: &Request<B>, client: IpAddr) -> bool {
-    match test {
-        Test::Host(m) => request_host(req).is_some_and(|h| m.test(&h)),
-        Test::Path(m) => m.test(req.uri().path()),
-        Test::Header(name, m) => req
-            .headers()
+/// What conditions read of a request: implemented by hyper's requests (HTTP/2, TLS) and by
+/// the plain HTTP/1.1 path's parsed head, so both choose lists by the same rules.
+pub(crate) trait RequestView {
+    /// The method, as sent (upper case for the standard ones).
+    fn method(&self) -> &str;
+    /// The path of the request target, without the query.
+    fn path(&self) -> &str;
+    /// The Host header, or the URI authority when there is none (HTTP/2, absolute form).
+    fn raw_host(&self) -> Option<&str>;
+    /// True when some value of header `name` (lower case) passes `test`.
+    fn any_header(&self, name: &HeaderName, test: &dyn Fn(&str) -> bool) -> bool;
+}
+
+impl<B> RequestView for Request<B> {
+    fn method(&self) -> &str {
+        self.method().as_str()
+    }
+    fn path(&self) -> &str {
+        self.uri().path()
+    }
+    fn raw_host(&self) -> Option<&str> {
+        match self.headers().get(HOST).and_then(|v| v.to_str().ok()) {
+            Some(h) => Some(h),
+            None => self.uri().authority().map(|a| a.as_str()),
+        }
+    }
+    fn any_header(&self, name: &HeaderName, test: &dyn Fn(&str) -> bool) -> bool {
+        self.headers()
             .get_all(name)
             .iter()
-            .any(|v| v.to_str().is_ok_and(|v| m.test(v))),
-        Test::Method(list) => list.iter().any(|m| m == req.method().as_str()),
+            .any(|v| v.to_str().is_ok_and(test))
+    }
+}
+
+fn matches(test: &Test, req: &impl RequestView, client: IpAddr) -> bool {
+    match test {
+        Test::Host(m) => request_host(req).is_some_and(|h| m.test(&h)),
+        Test::Path(m) => m.test(req.path()),
+        Test::Header(name, m) => req.any_header(name, &|v| m.test(v)),
+        Test::Method(list) => list.iter().any(|m| m == req.method()),
         Test::SourceCidr(nets) => nets.iter().any(|&(net, len)| in_network(client, net, len)),
         Test::Never => false,
     }
@@ -132,12 +160,8 @@ fn matches<B>(test: &Test, req: &Request<B>, client: IpAddr) -> bool {
 
 /// The Host the client asked for, lower case and without port: the Host header (HTTP/1.1)
 /// or the URI authority (HTTP/2).
-pub(crate) fn request_host<B>(req: &Request<B>) -> Option<String> {
-    let raw = match req.headers().get(HOST).and_then(|v| v.to_str().ok()) {
-        Some(h) => h.to_string(),
-        None => req.uri().authority()?.as_str().to_string(),
-    };
-    Some(strip_port(&raw).to_ascii_lowercase())
+pub(crate) fn request_host(req: &impl RequestView) -> Option<String> {
+    Some(strip_port(req.raw_host()?).to_ascii_lowercase())
 }
 
 fn strip_port(host: &str) -> &str {

@@ -61,10 +61,16 @@ pub(crate) fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, tls: bool) 
 
 /// The value of the cookie `name` in the request's Cookie headers, if any.
 pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
+    let values = headers
         .get_all(header::COOKIE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.to_str().ok());
+    cookie_in(values, name)
+}
+
+/// The value of the cookie `name` among Cookie header values, if any.
+pub(crate) fn cookie_in<'a>(values: impl Iterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+    values
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| *k == name)

@@ -49,7 +49,8 @@ pub(crate) async fn serve(
             run(rt, tls, peer, true, h2, phase, timeouts).await;
         }
         None => match sniff_h2(&stream, timeouts.client).await {
-            Some(h2) => run(rt, stream, peer, false, h2, phase, timeouts).await,
+            Some(true) => run(rt, stream, peer, false, true, phase, timeouts).await,
+            Some(false) => super::h1::serve(rt, stream, peer, phase).await,
             None => tracing::debug!(%peer, "client sent nothing in time"),
         },
     }

@@ -7,11 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::runtime::VsRuntime;
+use super::workers::Workers;
 use crate::config::VServiceKind;
 
 /// What connections of a listener should do.
@@ -34,10 +37,14 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Starts accepting on `socket` for `rt`.
-    pub(crate) fn spawn(rt: Arc<VsRuntime>, socket: Arc<TcpListener>) -> Listener {
+    /// Starts accepting on `socket` for `rt`; connections are served on `workers`.
+    pub(crate) fn spawn(
+        rt: Arc<VsRuntime>,
+        socket: Arc<TcpListener>,
+        workers: Arc<Workers>,
+    ) -> Listener {
         let (phase, rx) = watch::channel(Phase::Running);
-        let task = tokio::spawn(accept_loop(rt.clone(), socket.clone(), rx));
+        let task = tokio::spawn(accept_loop(rt.clone(), socket.clone(), rx, workers));
         Listener {
             rt,
             socket,
@@ -57,19 +64,16 @@ async fn accept_loop(
     rt: Arc<VsRuntime>,
     socket: Arc<TcpListener>,
     mut phase: watch::Receiver<Phase>,
+    workers: Arc<Workers>,
 ) {
     let conn_phase = phase.clone();
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = socket.accept() => match accepted {
+            accepted = socket.accept() => match accepted.and_then(|(s, peer)| Ok((s.into_std()?, peer))) {
                 Ok((stream, peer)) => {
-                    let rt = rt.clone();
-                    let phase = conn_phase.clone();
-                    match rt.kind {
-                        VServiceKind::L7Tcp => conns.spawn(super::tcp::serve(rt, stream, peer)),
-                        _ => conns.spawn(super::http::serve(rt, stream, peer, phase)),
-                    };
+                    let conn = serve(rt.clone(), stream, peer, conn_phase.clone());
+                    conns.spawn_on(conn, workers.pick());
                 }
                 Err(error) => {
                     // Typically out of file descriptors: back off instead of spinning.
@@ -84,6 +88,26 @@ async fn accept_loop(
     drop(socket);
     tracing::info!(vservice = %rt.name, open = conns.len(), "listener closed; open connections finish");
     while conns.join_next().await.is_some() {}
+}
+
+/// Serves one accepted connection on the worker running this task: the socket joins that
+/// worker's reactor, so its readiness events wake no other thread.
+async fn serve(
+    rt: Arc<VsRuntime>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    phase: watch::Receiver<Phase>,
+) {
+    let stream = match TcpStream::from_std(stream) {
+        Ok(stream) => stream,
+        Err(error) => {
+            return tracing::warn!(vservice = %rt.name, %error, "cannot register a connection");
+        }
+    };
+    match rt.kind {
+        VServiceKind::L7Tcp => super::tcp::serve(rt, stream, peer).await,
+        _ => super::http::serve(rt, stream, peer, phase).await,
+    }
 }
 
 /// Returns once the listener is closing (or its owner is gone).

@@ -10,6 +10,7 @@ pub mod balance;
 mod body;
 mod conditions;
 mod forward;
+mod h1;
 mod headers;
 mod http;
 mod listener;
@@ -19,6 +20,7 @@ mod settings;
 mod tcp;
 mod tls;
 mod upstream;
+mod workers;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -42,6 +44,8 @@ use settings::{VsSettings, listen_addr};
 pub struct Proxy {
     selections: Arc<Published>,
     state: Mutex<State>,
+    /// Threads that serve the client connections (see `workers`).
+    workers: Arc<workers::Workers>,
 }
 
 #[derive(Default)]
@@ -89,6 +93,11 @@ impl Proxy {
         let proxy = Proxy {
             selections,
             state: Mutex::new(State::default()),
+            workers: Arc::new(workers::Workers::start(
+                cfg.proxy
+                    .workers
+                    .map_or_else(workers::default_count, usize::from),
+            )?),
         };
         proxy.update(cfg).await?;
         Ok(proxy)
@@ -125,7 +134,7 @@ impl Proxy {
                 Step::Start(vs, listen, socket, settings) => {
                     let rt = self.runtime(&vs, listen, *settings);
                     tracing::info!(vservice = %vs.name, %listen, "L7 listener started");
-                    let new = Listener::spawn(rt, socket);
+                    let new = Listener::spawn(rt, socket, self.workers.clone());
                     if let Some(old) = state.listeners.insert(vs.name.clone(), new) {
                         retired.push(old.close());
                     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{
     ApiSettings, AttachMode, BackendGroup, BackendService, Config, Forwarding, PortSpec,
-    ReflectionSettings, VService, VServiceKind, XdpSettings,
+    ProxySettings, ReflectionSettings, VService, VServiceKind, XdpSettings,
 };
 
 /// Builds a Backend Service from a compact spec: `"name"` plus flags
@@ -91,6 +91,7 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         backend_groups: groups.iter().map(|g| group(g)).collect(),
         vservices,
         api: ApiSettings::default(),
+        proxy: ProxySettings::default(),
         cluster: None,
         dns_vservices: Vec::new(),
     }

@@ -1,0 +1,463 @@
+//! The plain HTTP/1.1 path of an HTTP vService: one task per client connection parses each
+//! request head in place (httparse), picks a backend, writes the rewritten head and streams
+//! the body to a pooled backend connection it owns for the exchange, then streams the
+//! response back. No per-request task, channel or header map: this is the path that carries
+//! most traffic, kept as lean as HAProxy's. HTTP/2 and TLS go through hyper (`super::http`);
+//! both paths share selection, balancing, persistence, conditions and local answers.
+
+mod chunked;
+mod head;
+pub(crate) mod idle;
+mod io;
+mod rewrite;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use hyper::StatusCode;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, timeout};
+
+use super::balance::{BackendInfo, Lease};
+use super::headers;
+use super::listener::{Phase, closing};
+use super::responses::Local;
+use super::runtime::VsRuntime;
+use super::settings::VsSettings;
+use crate::config::{Persistence, Timeouts};
+use head::{Framing, Head, HeadError, Parsed};
+use io::{BodyCopy, CopyError, ReadError, fill, send};
+use rewrite::{response_head, upstream_head};
+
+/// Initial capacity of the per-connection buffers.
+const BUF: usize = 8 * 1024;
+
+/// One client connection and its reusable buffers.
+struct Conn {
+    rt: Arc<VsRuntime>,
+    client: TcpStream,
+    peer: SocketAddr,
+    /// Bytes received from the client not yet consumed (a pipelined request may wait here).
+    cbuf: BytesMut,
+    /// Bytes received from the backend of the current exchange.
+    ubuf: BytesMut,
+    /// Bytes being assembled for the next write.
+    out: Vec<u8>,
+    /// The request head as the backend gets it.
+    uphead: Vec<u8>,
+    req: Head,
+    resp: Head,
+    phase: watch::Receiver<Phase>,
+}
+
+/// What the connection does after an exchange.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    Close,
+}
+
+/// Serves one plain HTTP/1.x client connection until it closes.
+pub(crate) async fn serve(
+    rt: Arc<VsRuntime>,
+    client: TcpStream,
+    peer: SocketAddr,
+    phase: watch::Receiver<Phase>,
+) {
+    let mut conn = Conn {
+        rt,
+        client,
+        peer,
+        cbuf: BytesMut::with_capacity(BUF),
+        ubuf: BytesMut::with_capacity(BUF),
+        out: Vec::with_capacity(BUF),
+        uphead: Vec::with_capacity(1024),
+        req: Head::default(),
+        resp: Head::default(),
+        phase,
+    };
+    let mut first = true;
+    loop {
+        let settings = conn.rt.settings.load_full();
+        if !conn.read_request(&settings.l7.timeouts, first).await {
+            return;
+        }
+        first = false;
+        conn.rt.counters.count_request();
+        if conn.exchange(&settings).await == Next::Close {
+            return;
+        }
+    }
+}
+
+impl Conn {
+    /// Waits for the next request head and parses it into `self.req`. False when the
+    /// connection should end: the client closed or stayed idle past the keep-alive timeout,
+    /// sent its head too slowly (client timeout: slowloris), sent a bad head (answered
+    /// 400/431 here), or the listener is closing and no request is under way.
+    async fn read_request(&mut self, t: &Timeouts, first: bool) -> bool {
+        let mut deadline = Instant::now() + if first { t.client } else { t.keep_alive };
+        let mut started = first;
+        loop {
+            if !self.cbuf.is_empty() {
+                match self.req.parse_request(&self.cbuf) {
+                    Ok(Parsed::Complete(n)) => {
+                        self.cbuf.advance(n);
+                        return true;
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(error) => {
+                        self.refuse(error, t).await;
+                        return false;
+                    }
+                }
+                if !started {
+                    // The first byte of a new request: the whole head within the client
+                    // timeout from now.
+                    started = true;
+                    deadline = Instant::now() + t.client;
+                }
+            }
+            let idle = self.cbuf.is_empty();
+            let read = fill(&mut self.client, &mut self.cbuf, deadline);
+            let result = if idle {
+                tokio::select! {
+                    r = read => r,
+                    () = closing(&mut self.phase) => return false,
+                }
+            } else {
+                read.await
+            };
+            match result {
+                Ok(_) => {}
+                Err(ReadError::TimedOut) if !idle || first => {
+                    tracing::debug!(vservice = %self.rt.name, peer = %self.peer,
+                        "request head not received within the client timeout");
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Answers a head that cannot be served (400, or 431 when too large) and counts it.
+    async fn refuse(&mut self, error: HeadError, t: &Timeouts) {
+        tracing::debug!(vservice = %self.rt.name, peer = %self.peer, %error, "bad request");
+        self.rt.counters.count_bad_request();
+        let status = match error {
+            HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
+        };
+        self.out.clear();
+        Local::status(status).write_h1(&mut self.out, true);
+        let _ = send(&mut self.client, &self.out, t.client).await;
+    }
+
+    /// One request/response exchange for the parsed `self.req`.
+    async fn exchange(&mut self, settings: &VsSettings) -> Next {
+        let t = settings.l7.timeouts;
+        let client_ip = self.peer.ip().to_canonical();
+        if self.req.method_str() == "CONNECT" {
+            self.rt.counters.count_bad_request();
+            return self.local(Local::status(StatusCode::BAD_REQUEST), &t).await;
+        }
+        let lease = match self.acquire(settings, client_ip).await {
+            Some(lease) => lease,
+            None => {
+                self.rt.counters.count_unavailable();
+                return self.local(Local::unavailable(&settings.l7), &t).await;
+            }
+        };
+        let framing = self.req.framing.unwrap_or(Framing::Length(0));
+        if self.req.expect_continue && framing != Framing::Length(0) {
+            // The client waits for this before sending its body; the backend is chosen.
+            if !send(&mut self.client, b"HTTP/1.1 100 Continue\r\n\r\n", t.client).await {
+                return Next::Close;
+            }
+        }
+        let forwarded = settings.l7.forwarded_headers.then_some(client_ip);
+        let mut head = std::mem::take(&mut self.uphead);
+        upstream_head(&self.req, forwarded, &mut head);
+        let sent = self.send_request(&lease, &head, framing, &t).await;
+        self.uphead = head;
+        let (up, head_bytes) = match sent {
+            Ok(sent) => sent,
+            Err(next) => return next,
+        };
+        lease.add_bytes(head_bytes, 0);
+        let next = self.relay_response(settings, &lease, up, &t).await;
+        self.ubuf.clear();
+        next
+    }
+
+    /// Chooses the list (Conditional sets) and a backend slot under the pool's rules.
+    async fn acquire(&mut self, settings: &VsSettings, client: IpAddr) -> Option<Lease> {
+        let set = settings.conditions.pick(&self.req, client);
+        let snap = self.rt.snapshot();
+        let sel = self.rt.list(&snap, set);
+        let infos = settings.info(set);
+        let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
+        let pin_key = match &settings.l7.persistence {
+            Persistence::Cookie(c) => headers::cookie_in(self.req.header_all("cookie"), &c.name),
+            _ => None,
+        };
+        match self.rt.pool.acquire(sel, &info, client, pin_key).await {
+            Ok(lease) => Some(lease),
+            Err(error) => {
+                tracing::debug!(vservice = %self.rt.name, %error, "503");
+                None
+            }
+        }
+    }
+
+    /// Sends the request head and body to the lease's backend on a pooled or new
+    /// connection. A reused connection that turns out closed is replaced once when the
+    /// request has no body (nothing was consumed that could not be sent again).
+    async fn send_request(
+        &mut self,
+        lease: &Lease,
+        head: &[u8],
+        framing: Framing,
+        t: &Timeouts,
+    ) -> Result<(TcpStream, u64), Next> {
+        let addr = lease.addr();
+        let replayable = framing == Framing::Length(0);
+        let mut pooled = idle::take(addr);
+        loop {
+            let reused = pooled.is_some();
+            let mut up = match pooled.take() {
+                Some(up) => up,
+                None => match connect(addr, t).await {
+                    Ok(up) => up,
+                    Err(error) => {
+                        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "502");
+                        lease.fail();
+                        let next = self.discard_body(framing, t).await;
+                        return Err(self
+                            .answer(Local::status(StatusCode::BAD_GATEWAY), next, t)
+                            .await);
+                    }
+                },
+            };
+            if replayable {
+                if send(&mut up, head, t.server).await {
+                    // Probe for a backend that closed the connection while it was idle.
+                    match self.first_response_bytes(&mut up, t).await {
+                        Ok(()) => return Ok((up, head.len() as u64)),
+                        Err(ReadError::Closed | ReadError::Io(_)) if reused => continue,
+                        Err(error) => {
+                            return Err(self.backend_failed(lease, &error, t).await);
+                        }
+                    }
+                }
+                if reused {
+                    continue;
+                }
+                lease.fail();
+                return Err(self
+                    .answer(Local::status(StatusCode::BAD_GATEWAY), Next::KeepAlive, t)
+                    .await);
+            }
+            self.out.clear();
+            self.out.extend_from_slice(head);
+            let copy = BodyCopy {
+                framing,
+                dechunk: false,
+                src_idle: t.client,
+                dst_limit: t.server,
+            };
+            return match copy
+                .run(&mut self.client, &mut self.cbuf, &mut up, &mut self.out)
+                .await
+            {
+                Ok(n) => {
+                    lease.add_bytes(n, 0);
+                    match self.first_response_bytes(&mut up, t).await {
+                        Ok(()) => Ok((up, head.len() as u64)),
+                        Err(error) => Err(self.backend_failed(lease, &error, t).await),
+                    }
+                }
+                Err(CopyError::Source(why)) => {
+                    tracing::debug!(vservice = %self.rt.name, peer = %self.peer, why, "client request body incomplete");
+                    Err(Next::Close)
+                }
+                Err(CopyError::Sink) => {
+                    // The backend stopped taking the body: it may have answered early.
+                    match self.first_response_bytes(&mut up, t).await {
+                        Ok(()) => Ok((up, head.len() as u64)),
+                        Err(error) => {
+                            let _ = self.backend_failed(lease, &error, t).await;
+                            Err(Next::Close)
+                        }
+                    }
+                }
+            };
+        }
+    }
+
+    /// Waits (server timeout) until the backend sends the first bytes of its answer.
+    async fn first_response_bytes(
+        &mut self,
+        up: &mut TcpStream,
+        t: &Timeouts,
+    ) -> Result<(), ReadError> {
+        self.ubuf.clear();
+        fill(up, &mut self.ubuf, Instant::now() + t.server)
+            .await
+            .map(|_| ())
+    }
+
+    /// 502 (closed or failed) or 504 (silent) after the request went out.
+    async fn backend_failed(&mut self, lease: &Lease, error: &ReadError, t: &Timeouts) -> Next {
+        lease.fail();
+        let status = match error {
+            ReadError::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "{status}");
+        self.answer(Local::status(status), Next::KeepAlive, t).await
+    }
+
+    /// Reads the backend's response head (skipping interim 1xx answers), writes the
+    /// rewritten head and streams the body to the client; returns the connection to the
+    /// pool when the exchange ended cleanly.
+    async fn relay_response(
+        &mut self,
+        settings: &VsSettings,
+        lease: &Lease,
+        mut up: TcpStream,
+        t: &Timeouts,
+    ) -> Next {
+        let head_request = self.req.method_str() == "HEAD";
+        loop {
+            match self.resp.parse_response(&self.ubuf, head_request) {
+                Ok(Parsed::Complete(n)) => {
+                    self.ubuf.advance(n);
+                    if (100..200).contains(&self.resp.status) {
+                        continue;
+                    }
+                    break;
+                }
+                Ok(Parsed::Partial) => {}
+                Err(error) => {
+                    tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "502");
+                    lease.fail();
+                    return self
+                        .answer(Local::status(StatusCode::BAD_GATEWAY), Next::KeepAlive, t)
+                        .await;
+                }
+            }
+            if let Err(error) = fill(&mut up, &mut self.ubuf, Instant::now() + t.server).await {
+                return self.backend_failed(lease, &error, t).await;
+            }
+        }
+        let framing = self.resp.framing.unwrap_or(Framing::UntilClose);
+        let client_minor = self.req.minor;
+        let dechunk = framing == Framing::Chunked && client_minor == 0;
+        let mut next = if self.req.wants_keep_alive() && !closing_now(&self.phase) {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        };
+        if framing == Framing::UntilClose || dechunk {
+            next = Next::Close;
+        }
+        let set_cookie = match &settings.l7.persistence {
+            Persistence::Cookie(c) => lease.set_cookie().and_then(|v| headers::set_cookie(c, v)),
+            _ => None,
+        };
+        self.out.clear();
+        response_head(
+            &self.resp,
+            framing,
+            dechunk,
+            client_minor,
+            next == Next::Close,
+            set_cookie.as_ref().map(|v| v.as_bytes()),
+            &mut self.out,
+        );
+        let head_bytes = self.out.len() as u64;
+        let copy = BodyCopy {
+            framing,
+            dechunk,
+            src_idle: t.server,
+            dst_limit: t.client,
+        };
+        let result = copy
+            .run(&mut up, &mut self.ubuf, &mut self.client, &mut self.out)
+            .await;
+        match result {
+            Ok(n) => {
+                lease.add_bytes(0, head_bytes + n);
+                let reusable = framing != Framing::UntilClose
+                    && self.resp.minor == 1
+                    && !self.resp.connection.close
+                    && self.ubuf.is_empty();
+                if reusable {
+                    idle::give_back(lease.addr(), up, t.keep_alive);
+                }
+                next
+            }
+            Err(CopyError::Source(why)) => {
+                tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), why, "upstream aborted the response");
+                lease.fail();
+                self.rt.counters.count_abort();
+                Next::Close
+            }
+            Err(CopyError::Sink) => Next::Close,
+        }
+    }
+
+    /// Answers with a local response after the request body (if any) is read off.
+    async fn local(&mut self, answer: Local, t: &Timeouts) -> Next {
+        let framing = self.req.framing.unwrap_or(Framing::Length(0));
+        let next = self.discard_body(framing, t).await;
+        self.answer(answer, next, t).await
+    }
+
+    /// Writes a local answer; closes when `next` says so, the client asked, or the listener
+    /// is closing.
+    async fn answer(&mut self, answer: Local, next: Next, t: &Timeouts) -> Next {
+        let close = next == Next::Close || !self.req.wants_keep_alive() || closing_now(&self.phase);
+        self.out.clear();
+        answer.write_h1(&mut self.out, close);
+        if !send(&mut self.client, &self.out, t.client).await || close {
+            return Next::Close;
+        }
+        Next::KeepAlive
+    }
+
+    /// Reads off a request body that will not be forwarded when it is already here; a body
+    /// still on its way makes the connection close after the answer instead of waiting.
+    async fn discard_body(&mut self, framing: Framing, _t: &Timeouts) -> Next {
+        match framing {
+            Framing::Length(0) => Next::KeepAlive,
+            Framing::Length(n) if (self.cbuf.len() as u64) >= n => {
+                self.cbuf.advance(n as usize);
+                Next::KeepAlive
+            }
+            _ => Next::Close,
+        }
+    }
+}
+
+/// The listener asked connections to finish.
+fn closing_now(phase: &watch::Receiver<Phase>) -> bool {
+    *phase.borrow() == Phase::Closing
+}
+
+async fn connect(addr: SocketAddr, t: &Timeouts) -> std::io::Result<TcpStream> {
+    let stream = match timeout(t.connect, TcpStream::connect(addr)).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            ));
+        }
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}

@@ -1,0 +1,78 @@
+//! The proxy's worker threads: one single-threaded runtime per worker, each with its own
+//! reactor, timers and idle backend connections (HAProxy's and nginx's model).
+//!
+//! A client connection is handed to one worker at accept time and stays there with every
+//! backend connection it uses, so serving a request never wakes another thread and never
+//! takes a lock shared with another worker's requests. The listeners stay on the daemon's
+//! runtime (a reload swaps them without touching the workers).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::h1::idle;
+
+/// How often each worker closes its expired idle backend connections.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The running worker threads; they stop when this is dropped (their connections are cut).
+pub(crate) struct Workers {
+    handles: Vec<Handle>,
+    next: AtomicUsize,
+    /// Dropping these tells each worker to stop.
+    _stop: Vec<oneshot::Sender<()>>,
+}
+
+impl Workers {
+    /// Starts `count` workers (at least one).
+    pub(crate) fn start(count: usize) -> anyhow::Result<Workers> {
+        let mut handles = Vec::new();
+        let mut stops = Vec::new();
+        for i in 0..count.max(1) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting a proxy worker runtime")?;
+            handles.push(rt.handle().clone());
+            let (stop, stopped) = oneshot::channel::<()>();
+            stops.push(stop);
+            std::thread::Builder::new()
+                .name(format!("lb-proxy-{i}"))
+                .spawn(move || {
+                    rt.block_on(async move {
+                        let sweep = async {
+                            let mut tick = tokio::time::interval(SWEEP);
+                            loop {
+                                tick.tick().await;
+                                idle::expire();
+                            }
+                        };
+                        tokio::select! {
+                            _ = stopped => {}
+                            () = sweep => {}
+                        }
+                    });
+                })
+                .context("starting a proxy worker thread")?;
+        }
+        Ok(Workers {
+            handles,
+            next: AtomicUsize::new(0),
+            _stop: stops,
+        })
+    }
+
+    /// The worker for the next connection (round robin).
+    pub(crate) fn pick(&self) -> &Handle {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        &self.handles[i]
+    }
+}
+
+/// Workers when the configuration does not say: one per CPU.
+pub(crate) fn default_count() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
