@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -29,42 +30,46 @@ struct Waiter {
     grant: oneshot::Sender<()>,
 }
 
+/// Limit value meaning "no limit".
+const UNLIMITED: u64 = u64::MAX;
+
+/// The queue, changed only under the gate's lock.
 #[derive(Debug, Default)]
 struct State {
-    /// Connection limit; None = unlimited.
-    limit: Option<u32>,
-    /// Granted slots not yet released.
-    open: u64,
     /// Waiters, oldest first.
     queue: VecDeque<Waiter>,
     /// Next waiter ticket.
     next_ticket: u64,
 }
 
-impl State {
-    fn has_room(&self) -> bool {
-        self.limit.is_none_or(|l| self.open < u64::from(l))
-    }
-
-    /// Hands free slots to the oldest waiters.
-    fn grant_waiters(&mut self) {
-        while self.has_room() {
-            let Some(waiter) = self.queue.pop_front() else {
-                return;
-            };
-            // A waiter removes itself under this lock before it stops listening, so a send
-            // only fails if it vanished abnormally; then the slot goes to the next one.
-            if waiter.grant.send(()).is_ok() {
-                self.open += 1;
-            }
-        }
-    }
+/// The limit and queue of one backend.
+///
+/// Taking and releasing a slot while nobody waits is lock-free (a compare-and-swap on the
+/// open count), so the proxy's worker threads do not serialize on a busy backend; the lock
+/// is taken only to queue, to hand a freed slot to a waiter, or to change the limit. A
+/// waiter publishes itself (`queued`) before its last look for room, and a releaser frees
+/// its slot before looking for waiters (both sequentially consistent), so a slot cannot be
+/// freed unseen while a waiter goes to sleep.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    /// Connection limit, UNLIMITED for none.
+    limit: AtomicU64,
+    /// Granted slots not yet released.
+    open: AtomicU64,
+    /// Length of the queue.
+    queued: AtomicU64,
+    state: Mutex<State>,
 }
 
-/// The limit and queue of one backend.
-#[derive(Debug, Default)]
-pub(crate) struct Gate {
-    state: Mutex<State>,
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            limit: AtomicU64::new(UNLIMITED),
+            open: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+        }
+    }
 }
 
 /// Current use of a gate, for counters and algorithms.
@@ -81,20 +86,23 @@ pub(crate) struct Usage {
 impl Gate {
     /// Applies a (possibly changed) limit; a raised limit serves waiters at once.
     pub(crate) fn set_limit(&self, limit: Option<u32>) {
-        let mut state = lock(&self.state);
-        if state.limit != limit {
-            state.limit = limit;
-            state.grant_waiters();
+        let new = limit.map_or(UNLIMITED, u64::from);
+        if self.limit.load(Ordering::Relaxed) == new {
+            return;
         }
+        let mut state = lock(&self.state);
+        self.limit.store(new, Ordering::SeqCst);
+        self.grant_waiters(&mut state);
     }
 
     /// Current use.
     pub(crate) fn usage(&self) -> Usage {
-        let state = lock(&self.state);
+        let open = self.open.load(Ordering::Relaxed);
+        let queued = self.queued.load(Ordering::Relaxed);
         Usage {
-            open: state.open,
-            queued: state.queue.len() as u64,
-            has_room: state.has_room() && state.queue.is_empty(),
+            open,
+            queued,
+            has_room: open < self.limit.load(Ordering::Relaxed) && queued == 0,
         }
     }
 
@@ -106,10 +114,12 @@ impl Gate {
         queue_size: usize,
         timeout: Duration,
     ) -> Result<(), WaitError> {
+        if self.queued.load(Ordering::SeqCst) == 0 && self.try_take() {
+            return Ok(());
+        }
         let (ticket, grant) = {
             let mut state = lock(&self.state);
-            if state.queue.is_empty() && state.has_room() {
-                state.open += 1;
+            if state.queue.is_empty() && self.try_take() {
                 return Ok(());
             }
             if state.queue.len() >= queue_size {
@@ -119,6 +129,10 @@ impl Gate {
             let ticket = state.next_ticket;
             state.next_ticket = state.next_ticket.wrapping_add(1);
             state.queue.push_back(Waiter { ticket, grant: tx });
+            self.queued
+                .store(state.queue.len() as u64, Ordering::SeqCst);
+            // A slot freed before `queued` was visible went unseen by its releaser.
+            self.grant_waiters(&mut state);
             (ticket, rx)
         };
         let mut waiting = Waiting {
@@ -138,9 +152,52 @@ impl Gate {
 
     /// Releases a granted slot; the oldest waiter, if any, gets it.
     pub(crate) fn leave(&self) {
-        let mut state = lock(&self.state);
-        state.open = state.open.saturating_sub(1);
-        state.grant_waiters();
+        let _ = self
+            .open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            let mut state = lock(&self.state);
+            self.grant_waiters(&mut state);
+        }
+    }
+
+    /// One more open slot if below the limit.
+    fn try_take(&self) -> bool {
+        let limit = self.limit.load(Ordering::SeqCst);
+        self.open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Hands free slots to the oldest waiters (called under the lock).
+    fn grant_waiters(&self, state: &mut State) {
+        while !state.queue.is_empty() && self.try_take() {
+            let Some(waiter) = state.queue.pop_front() else {
+                break;
+            };
+            self.queued
+                .store(state.queue.len() as u64, Ordering::SeqCst);
+            // A waiter removes itself under this lock before it stops listening, so a send
+            // only fails if it vanished abnormally; then the slot goes to the next one.
+            if waiter.grant.send(()).is_err() {
+                self.open.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Removes waiter `ticket` from the queue (under the lock); false if it was not there.
+    fn dequeue(&self, state: &mut State, ticket: u64) -> bool {
+        match state.queue.iter().position(|w| w.ticket == ticket) {
+            Some(at) => {
+                state.queue.remove(at);
+                self.queued
+                    .store(state.queue.len() as u64, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -157,8 +214,8 @@ impl Waiting<'_> {
     /// The wait ended without a grant being seen: leave the queue, unless a slot was handed
     /// over in the meantime (then take it: it was granted within the wait).
     fn give_up(&mut self) -> Result<(), WaitError> {
-        let state = lock(&self.gate.state);
-        let queued = state.queue.iter().any(|w| w.ticket == self.ticket);
+        let mut state = lock(&self.gate.state);
+        let queued = self.gate.dequeue(&mut state, self.ticket);
         drop(state);
         if !queued && self.grant.try_recv().is_ok() {
             self.granted = true;
@@ -174,12 +231,10 @@ impl Drop for Waiting<'_> {
             return;
         }
         let mut state = lock(&self.gate.state);
-        if let Some(at) = state.queue.iter().position(|w| w.ticket == self.ticket) {
-            state.queue.remove(at);
-        } else if self.grant.try_recv().is_ok() {
+        if !self.gate.dequeue(&mut state, self.ticket) && self.grant.try_recv().is_ok() {
             // Handed a slot but nobody will use it: pass it on.
-            state.open = state.open.saturating_sub(1);
-            state.grant_waiters();
+            self.gate.open.fetch_sub(1, Ordering::SeqCst);
+            self.gate.grant_waiters(&mut state);
         }
     }
 }

@@ -60,7 +60,10 @@ struct Choice {
 pub struct Pool {
     vservice: String,
     settings: ArcSwap<Settings>,
-    backends: Mutex<HashMap<String, Arc<Backend>>>,
+    /// Per-backend state by name: read lock-free on every request, copied on the rare
+    /// insert or removal (under `backends_write`).
+    backends: ArcSwap<HashMap<String, Arc<Backend>>>,
+    backends_write: Mutex<()>,
     algorithms: Mutex<Algorithms>,
     pins: Mutex<Pins>,
     refusals: Refusals,
@@ -74,7 +77,8 @@ impl Pool {
         Arc::new(Pool {
             vservice: vservice.to_owned(),
             settings: ArcSwap::from_pointee(settings),
-            backends: Mutex::new(HashMap::new()),
+            backends: ArcSwap::from_pointee(HashMap::new()),
+            backends_write: Mutex::new(()),
             algorithms: Mutex::new(Algorithms::default()),
             pins: Mutex::new(pins),
             refusals: Refusals::default(),
@@ -109,10 +113,15 @@ impl Pool {
     /// Reload: forgets the counters and pins of backends `exists` rejects (removed from the
     /// configuration). A backend still serving or queueing keeps its state until idle.
     pub fn retain_backends(&self, exists: &dyn Fn(&str) -> bool) {
-        lock(&self.backends).retain(|name, backend| {
-            let usage = backend.gate.usage();
-            exists(name) || usage.open > 0 || usage.queued > 0
-        });
+        {
+            let _write = lock(&self.backends_write);
+            let mut backends = HashMap::clone(&self.backends.load());
+            backends.retain(|name, backend| {
+                let usage = backend.gate.usage();
+                exists(name) || usage.open > 0 || usage.queued > 0
+            });
+            self.backends.store(Arc::new(backends));
+        }
         lock(&self.pins).retain_backends(exists);
     }
 
@@ -168,7 +177,9 @@ impl Pool {
 
     /// Counters per backend (S-OB1), sorted by backend name.
     pub fn stats(&self) -> PoolStats {
-        let mut backends: Vec<BackendStats> = lock(&self.backends)
+        let mut backends: Vec<BackendStats> = self
+            .backends
+            .load()
             .iter()
             .map(|(name, backend)| {
                 let usage = backend.gate.usage();
@@ -348,7 +359,11 @@ impl Pool {
                 }
             })
             .collect();
-        let at = lock(&self.algorithms).choose(algorithm, &cands, client)?;
+        let at = match cands.len() {
+            0 => return None,
+            1 => 0,
+            _ => lock(&self.algorithms).choose(algorithm, &cands, client)?,
+        };
         let (info, _, backend) = found.swap_remove(at);
         Some(Choice {
             info,
@@ -359,12 +374,13 @@ impl Pool {
 
     /// The state of backend `name`, created on first use.
     fn backend(&self, name: &str) -> Arc<Backend> {
-        let mut backends = lock(&self.backends);
-        if let Some(backend) = backends.get(name) {
+        if let Some(backend) = self.backends.load().get(name) {
             return Arc::clone(backend);
         }
-        let backend = Arc::new(Backend::default());
-        backends.insert(name.to_owned(), Arc::clone(&backend));
+        let _write = lock(&self.backends_write);
+        let mut backends = HashMap::clone(&self.backends.load());
+        let backend = Arc::clone(backends.entry(name.to_owned()).or_default());
+        self.backends.store(Arc::new(backends));
         backend
     }
 }
