@@ -32,7 +32,11 @@ pub(crate) struct Listener {
     pub(crate) rt: Arc<VsRuntime>,
     /// The bound socket (shared so a reload can hand it to a successor without a gap).
     pub(crate) socket: Arc<TcpListener>,
+    /// The accept loop's phase, and one per worker for its connections: each connection
+    /// waits for Closing on its own worker's channel, so keep-alive waits on two workers
+    /// never share a lock.
     phase: watch::Sender<Phase>,
+    worker_phases: Vec<watch::Sender<Phase>>,
     task: JoinHandle<()>,
 }
 
@@ -44,11 +48,22 @@ impl Listener {
         workers: Arc<Workers>,
     ) -> Listener {
         let (phase, rx) = watch::channel(Phase::Running);
-        let task = tokio::spawn(accept_loop(rt.clone(), socket.clone(), rx, workers));
+        let worker_phases: Vec<watch::Sender<Phase>> = (0..workers.count())
+            .map(|_| watch::Sender::new(Phase::Running))
+            .collect();
+        let conn_phases = worker_phases.iter().map(watch::Sender::subscribe).collect();
+        let task = tokio::spawn(accept_loop(
+            rt.clone(),
+            socket.clone(),
+            rx,
+            workers,
+            conn_phases,
+        ));
         Listener {
             rt,
             socket,
             phase,
+            worker_phases,
             task,
         }
     }
@@ -56,6 +71,9 @@ impl Listener {
     /// Stops accepting; returns the task, which ends when the last connection has.
     pub(crate) fn close(self) -> JoinHandle<()> {
         self.phase.send_replace(Phase::Closing);
+        for phase in &self.worker_phases {
+            phase.send_replace(Phase::Closing);
+        }
         self.task
     }
 }
@@ -65,15 +83,16 @@ async fn accept_loop(
     socket: Arc<TcpListener>,
     mut phase: watch::Receiver<Phase>,
     workers: Arc<Workers>,
+    conn_phases: Vec<watch::Receiver<Phase>>,
 ) {
-    let conn_phase = phase.clone();
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = socket.accept() => match accepted.and_then(|(s, peer)| Ok((s.into_std()?, peer))) {
                 Ok((stream, peer)) => {
-                    let conn = serve(rt.clone(), stream, peer, conn_phase.clone());
-                    conns.spawn_on(conn, workers.pick());
+                    let (i, worker) = workers.pick();
+                    let conn = serve(rt.clone(), stream, peer, conn_phases[i].clone());
+                    conns.spawn_on(conn, worker);
                 }
                 Err(error) => {
                     // Typically out of file descriptors: back off instead of spinning.

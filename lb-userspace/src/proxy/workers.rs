@@ -65,10 +65,15 @@ impl Workers {
         })
     }
 
-    /// The worker for the next connection (round robin).
-    pub(crate) fn pick(&self) -> &Handle {
+    /// The worker for the next connection (round robin): its index and runtime.
+    pub(crate) fn pick(&self) -> (usize, &Handle) {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        &self.handles[i]
+        (i, &self.handles[i])
+    }
+
+    /// How many workers run.
+    pub(crate) fn count(&self) -> usize {
+        self.handles.len()
     }
 }
 

@@ -4,8 +4,8 @@
 //!   nginx can give, so the backend costs every proxy the same and little; it is a real,
 //!   well-known server rather than code of ours whose speed could flatter or hurt one peer),
 //!   plus two more server blocks that log each request for the Maintenance run;
-//! - the three proxies in front of it, configured alike: 2 workers (our daemon's tokio
-//!   runtime has 2), keep-alive towards clients and a reused upstream pool, no access logs,
+//! - the three proxies in front of it, configured alike: 2 workers, keep-alive towards
+//!   clients and a reused upstream pool, no access logs,
 //!   and X-Forwarded-For / X-Forwarded-Proto added (our HTTP vServices add them by default).
 
 use std::net::SocketAddr;
@@ -17,7 +17,8 @@ use anyhow::{Context, Result};
 
 use crate::procs::{Guard, Scratch, free_port, wait_http_ok};
 
-/// Workers / threads of every proxy (the `lb` daemon's runtime has 2 worker threads).
+/// Workers / threads of every proxy (`[proxy] workers` for ours, `nbthread` for HAProxy,
+/// `worker_processes` for nginx).
 pub const WORKERS: u32 = 2;
 /// How long a started server may take to answer 200.
 const READY_LIMIT: Duration = Duration::from_secs(15);
@@ -200,7 +201,8 @@ pub fn start_lb(lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard
     write(
         &conf,
         &format!(
-            "[reflection]\nl7_delay = 0.0\n\n[api]\nlisten = \"127.0.0.1:{api}\"\n\n\
+            "[reflection]\nl7_delay = 0.0\n\n[proxy]\nworkers = {WORKERS}\n\n\
+             [api]\nlisten = \"127.0.0.1:{api}\"\n\n\
              [[backend_service]]\nname = \"origin\"\naddress = \"127.0.0.1\"\nport = {origin}\n\n\
              [[backend_service]]\nname = \"{a}\"\naddress = \"127.0.0.1\"\nport = {pa}\n\n\
              [[backend_service]]\nname = \"{b}\"\naddress = \"127.0.0.1\"\nport = {pb}\n\n\
