@@ -1089,3 +1089,61 @@ async fn s_ob1_8_mib_response_streams_intact_and_is_counted_as_bytes_out() {
     }
     assert!(out >= SIZE as u64, "bytes_out {out} < {SIZE}");
 }
+
+/// A backend that accepts one WebSocket-style upgrade: it checks the request carries
+/// `Upgrade: websocket` and `Connection: upgrade`, answers 101, then echoes every byte.
+async fn upgrade_echo_backend() -> (SocketAddr, tokio::task::JoinHandle<Result<(), String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (s, _) = tokio::time::timeout(CLIENT_READ, listener.accept())
+            .await
+            .map_err(|_| "no connection".to_string())?
+            .map_err(|e| e.to_string())?;
+        let mut w = Wire::new(s, CLIENT_READ);
+        let head = w.head().await?.ok_or("no request")?;
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        if !text.contains("upgrade: websocket") || !text.contains("connection: upgrade") {
+            return Err(format!("upgrade headers missing: {text}"));
+        }
+        w.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .await;
+        for _ in 0..100 {
+            if w.buf.is_empty() && !w.fill().await? {
+                return Ok(());
+            }
+            let echo = std::mem::take(&mut w.buf);
+            w.send(&echo).await;
+        }
+        Ok(())
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrade_becomes_a_two_way_tunnel() {
+    let (backend, task) = upgrade_echo_backend().await;
+    let env = Env::start(backend).await;
+    let mut w = connect(env.addr).await;
+    w.send(
+        b"GET /chat HTTP/1.1\r\nHost: web.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await;
+    let head = w.head().await.expect("read").expect("a 101 head");
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 101"), "{text}");
+    assert!(text.contains("upgrade: websocket"), "{text}");
+    assert!(text.contains("connection: upgrade"), "{text}");
+    for message in [&b"frame one"[..], b"frame two, longer"] {
+        w.send(message).await;
+        let echoed = w.exact(message.len()).await.expect("echo");
+        assert_eq!(echoed, message);
+    }
+    drop(w);
+    let ended = tokio::time::timeout(Duration::from_secs(5), task).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "backend saw the close: {ended:?}"
+    );
+}

@@ -54,19 +54,45 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
     };
     let _ = client.set_nodelay(true);
     let _ = backend.set_nodelay(true);
-    let origin = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    let mut client = Tracked::new(client, lease.clone(), true, origin, last.clone());
-    let mut backend = Tracked::new(backend, lease.clone(), false, origin, last.clone());
-    let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
-    tokio::select! {
-        result = copy => if let Err(error) = result {
-            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connection ended with an error");
-            lease.fail();
-        },
-        () = idle_cut(origin, &last, timeouts.client) => {
+    let (mut client, mut backend) = (client, backend);
+    match tunnel(&mut client, &mut backend, &lease, timeouts.client).await {
+        Ok(()) => {}
+        Err(TunnelEnd::Idle) => {
             tracing::debug!(vservice = %rt.name, %peer, "idle past the client timeout: closed");
         }
+        Err(TunnelEnd::Failed(error)) => {
+            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connection ended with an error");
+            lease.fail();
+        }
+    }
+}
+
+/// How a tunnel ended early.
+#[derive(Debug)]
+pub(crate) enum TunnelEnd {
+    /// Neither side sent anything for the idle limit.
+    Idle,
+    /// A side failed (reset, ...).
+    Failed(io::Error),
+}
+
+/// Copies bytes both ways between `client` and `backend`, passing a half-close on, until
+/// both directions are done (Ok) or the pair stays silent for `idle`; counts the bytes on
+/// `lease`. Serves L7 TCP connections and upgraded HTTP/1.1 connections (WebSocket).
+pub(crate) async fn tunnel(
+    client: &mut TcpStream,
+    backend: &mut TcpStream,
+    lease: &Lease,
+    idle: Duration,
+) -> Result<(), TunnelEnd> {
+    let origin = Instant::now();
+    let last = AtomicU64::new(0);
+    let mut client = Tracked::new(client, lease, true, origin, &last);
+    let mut backend = Tracked::new(backend, lease, false, origin, &last);
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
+    tokio::select! {
+        result = copy => result.map(|_| ()).map_err(TunnelEnd::Failed),
+        () = idle_cut(origin, &last, idle) => Err(TunnelEnd::Idle),
     }
 }
 
@@ -83,22 +109,22 @@ async fn idle_cut(origin: Instant, last: &AtomicU64, limit: Duration) {
 }
 
 /// A stream that counts the bytes read from it on the lease and stamps the last activity.
-struct Tracked {
-    inner: TcpStream,
-    lease: Arc<Lease>,
+struct Tracked<'a> {
+    inner: &'a mut TcpStream,
+    lease: &'a Lease,
     from_client: bool,
     origin: Instant,
-    last: Arc<AtomicU64>,
+    last: &'a AtomicU64,
 }
 
-impl Tracked {
+impl<'a> Tracked<'a> {
     fn new(
-        inner: TcpStream,
-        lease: Arc<Lease>,
+        inner: &'a mut TcpStream,
+        lease: &'a Lease,
         from_client: bool,
         origin: Instant,
-        last: Arc<AtomicU64>,
-    ) -> Tracked {
+        last: &'a AtomicU64,
+    ) -> Tracked<'a> {
         Tracked {
             inner,
             lease,
@@ -109,7 +135,7 @@ impl Tracked {
     }
 }
 
-impl AsyncRead for Tracked {
+impl AsyncRead for Tracked<'_> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -117,7 +143,7 @@ impl AsyncRead for Tracked {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let poll = Pin::new(&mut *this.inner).poll_read(cx, buf);
         let n = (buf.filled().len() - before) as u64;
         if n > 0 {
             let now = this.origin.elapsed().as_millis() as u64;
@@ -132,20 +158,20 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl AsyncWrite for Tracked<'_> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        Pin::new(&mut *self.get_mut().inner).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        Pin::new(&mut *self.get_mut().inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        Pin::new(&mut *self.get_mut().inner).poll_shutdown(cx)
     }
 }

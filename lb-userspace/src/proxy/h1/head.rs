@@ -61,6 +61,9 @@ pub(crate) struct ConnectionOpts {
     pub close: bool,
     /// `keep-alive` was listed (HTTP/1.0 persistence).
     pub keep_alive: bool,
+    /// `upgrade` was listed and an Upgrade header names the protocol (WebSocket, RFC 9110
+    /// 7.8): the Upgrade header then travels and the connection may become a tunnel.
+    pub upgrade: bool,
 }
 
 /// One parsed head: the start line parts and header spans over `buf`.
@@ -184,6 +187,8 @@ impl Head {
                         self.connection.close = true;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
                         self.connection.keep_alive = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        self.connection.upgrade = true;
                     } else {
                         named.push(token);
                     }
@@ -194,6 +199,16 @@ impl Head {
                 // The proxy answers 100 Continue itself (see the connection loop).
                 self.hop[i] = self.expect_continue;
             }
+        }
+        if self.connection.upgrade {
+            let mut asked = false;
+            for (i, (name, _)) in self.headers.iter().enumerate() {
+                if name.get(&self.buf).eq_ignore_ascii_case(b"upgrade") {
+                    self.hop[i] = false;
+                    asked = true;
+                }
+            }
+            self.connection.upgrade = asked;
         }
         if !named.is_empty() {
             for (i, (name, _)) in self.headers.iter().enumerate() {

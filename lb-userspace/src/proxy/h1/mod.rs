@@ -26,6 +26,7 @@ use super::listener::{Phase, closing};
 use super::responses::Local;
 use super::runtime::VsRuntime;
 use super::settings::VsSettings;
+use super::tcp::tunnel;
 use crate::config::{Persistence, Timeouts};
 use head::{Framing, Head, HeadError, Parsed};
 use io::{BodyCopy, CopyError, ReadError, fill, send};
@@ -335,7 +336,7 @@ impl Conn {
             match self.resp.parse_response(&self.ubuf, head_request) {
                 Ok(Parsed::Complete(n)) => {
                     self.ubuf.advance(n);
-                    if (100..200).contains(&self.resp.status) {
+                    if (100..200).contains(&self.resp.status) && self.resp.status != 101 {
                         continue;
                     }
                     break;
@@ -352,6 +353,9 @@ impl Conn {
             if let Err(error) = fill(&mut up, &mut self.ubuf, Instant::now() + t.server).await {
                 return self.backend_failed(lease, &error, t).await;
             }
+        }
+        if self.resp.status == 101 {
+            return self.switch_protocols(lease, &mut up, t).await;
         }
         let framing = self.resp.framing.unwrap_or(Framing::UntilClose);
         let client_minor = self.req.minor;
@@ -408,6 +412,43 @@ impl Conn {
             }
             Err(CopyError::Sink) => Next::Close,
         }
+    }
+
+    /// The backend accepted a protocol upgrade (WebSocket): the 101 goes to the client, then
+    /// bytes flow both ways as an L7 tunnel until either side closes or the pair stays idle
+    /// past the client timeout. The backend connection is never reused.
+    async fn switch_protocols(&mut self, lease: &Lease, up: &mut TcpStream, t: &Timeouts) -> Next {
+        if !self.req.connection.upgrade {
+            tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), "101 without an upgrade request: 502");
+            lease.fail();
+            return self
+                .answer(Local::status(StatusCode::BAD_GATEWAY), Next::Close, t)
+                .await;
+        }
+        self.out.clear();
+        response_head(
+            &self.resp,
+            Framing::Length(0),
+            false,
+            1,
+            false,
+            None,
+            &mut self.out,
+        );
+        // Bytes either side sent right after the heads belong to the new protocol.
+        self.out.extend_from_slice(&self.ubuf);
+        lease.add_bytes(self.cbuf.len() as u64, self.out.len() as u64);
+        if !send(&mut self.client, &self.out, t.client).await
+            || !send(up, &self.cbuf, t.server).await
+        {
+            return Next::Close;
+        }
+        self.cbuf.clear();
+        self.ubuf.clear();
+        if let Err(end) = tunnel(&mut self.client, up, lease, t.client).await {
+            tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), ?end, "upgraded connection ended");
+        }
+        Next::Close
     }
 
     /// Answers with a local response after the request body (if any) is read off.

@@ -34,6 +34,9 @@ pub(crate) fn upstream_head(req: &Head, forwarded: Option<IpAddr>, out: &mut Vec
     if req.framing == Some(Framing::Chunked) {
         header(out, b"transfer-encoding", b"chunked");
     }
+    if req.connection.upgrade {
+        header(out, b"connection", b"upgrade");
+    }
     if let Some(client) = forwarded {
         out.extend_from_slice(b"x-forwarded-for: ");
         for prior in req.header_all("x-forwarded-for") {
@@ -71,7 +74,9 @@ pub(crate) fn response_head(
     if let Some(cookie) = set_cookie {
         header(out, b"set-cookie", cookie);
     }
-    if close {
+    if resp.status == 101 {
+        header(out, b"connection", b"upgrade");
+    } else if close {
         header(out, b"connection", b"close");
     } else if client_minor == 0 {
         header(out, b"connection", b"keep-alive");
