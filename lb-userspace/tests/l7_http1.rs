@@ -2,6 +2,9 @@
 //! write exact bytes, raw TCP backends (parsed with httparse) record exactly what reached them
 //! and answer scripted bytes. Each test checks one behaviour of RFC 9110 / RFC 9112 that any
 //! implementation of the proxy must keep (the regression suite of the HTTP/1.1 forwarder).
+//! No SPEC rule covers HTTP framing itself: these check issue 4's items 1 (streamed bodies,
+//! pooled upstream, forwarded headers) and its "Bad input" section; the test that also reads
+//! the byte counters names S-OB1.
 //! All traffic stays on 127.0.0.1; every read is bounded by a timeout and every loop by a count.
 
 use std::net::SocketAddr;

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::balance::{BackendInfo, Lease};
 use super::runtime::VsRuntime;
+use super::upstream::connect_backend;
 
 /// Serves one accepted connection; nothing available closes the client at once (S-BK9).
 pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAddr) {
@@ -39,22 +40,15 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
         }
     };
     drop(snap);
-    let backend = match tokio::time::timeout(timeouts.connect, TcpStream::connect(lease.addr()))
-        .await
-    {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
+    let mut backend = match connect_backend(lease.addr(), timeouts.connect).await {
+        Ok(stream) => stream,
+        Err(error) => {
             tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
-            return lease.fail();
-        }
-        Err(_) => {
-            tracing::debug!(vservice = %rt.name, backend = lease.backend(), "connect timed out");
             return lease.fail();
         }
     };
     let _ = client.set_nodelay(true);
-    let _ = backend.set_nodelay(true);
-    let (mut client, mut backend) = (client, backend);
+    let mut client = client;
     match tunnel(&mut client, &mut backend, &lease, timeouts.client).await {
         Ok(()) => {}
         Err(TunnelEnd::Idle) => {

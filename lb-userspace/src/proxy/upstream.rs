@@ -7,6 +7,19 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::body::RequestBody;
 use crate::config::Timeouts;
 
+/// Connects to a backend within `limit`, with Nagle off (requests and answers are written
+/// whole; waiting to coalesce them would only add latency).
+pub(crate) async fn connect_backend(
+    addr: std::net::SocketAddr,
+    limit: std::time::Duration,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// One vService's upstream client; cheap to clone (shares the pool).
 pub(crate) type Upstream = Client<HttpConnector, RequestBody>;
 

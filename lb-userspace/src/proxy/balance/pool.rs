@@ -151,9 +151,9 @@ impl Pool {
                 stats::add(&self.refusals.no_backend, 1);
                 return Err(PickError::NoBackend);
             };
-            let gate = &choice.backend.gate;
-            gate.set_limit(choice.info.max_connections);
-            match gate
+            match choice
+                .backend
+                .gate
                 .enter(settings.queue_size, settings.queue_timeout)
                 .await
             {
@@ -320,10 +320,14 @@ impl Pool {
         let bi = info(name)?;
         let eligible = sel.eligible.iter().any(|e| e.name == name);
         let drained = sel.drained.iter().any(|d| d == name) && bi.weight == 0 && !bi.maintenance;
-        (eligible || drained).then(|| Choice {
-            backend: self.backend(name),
-            info: bi,
-            set_cookie: None,
+        (eligible || drained).then(|| {
+            let backend = self.backend(name);
+            backend.gate.set_limit(bi.max_connections);
+            Choice {
+                backend,
+                info: bi,
+                set_cookie: None,
+            }
         })
     }
 

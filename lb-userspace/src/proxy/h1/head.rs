@@ -322,19 +322,23 @@ impl Head {
         std::str::from_utf8(self.target.get(&self.buf)).unwrap_or("/")
     }
 
-    /// The origin-form target to send upstream (`/path?query`), and the authority of an
-    /// absolute-form target.
+    /// The target to send upstream (`/path?query`; just `?query` when an absolute-form
+    /// target has an empty path, which the writer completes with "/"), and the authority of
+    /// an absolute-form target.
     pub(crate) fn origin_form(&self) -> (&str, Option<&str>) {
         let t = self.target();
-        let lower = t.get(..8).map(str::to_ascii_lowercase);
-        let rest = match lower.as_deref() {
-            Some(p) if p.starts_with("http://") => &t[7..],
-            Some("https://") => &t[8..],
-            _ => return (t, None),
+        let has_scheme = |scheme: &str| {
+            t.get(..scheme.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(scheme))
+        };
+        let rest = if has_scheme("http://") {
+            &t[7..]
+        } else if has_scheme("https://") {
+            &t[8..]
+        } else {
+            return (t, None);
         };
         match rest.find(['/', '?']) {
-            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[i..], Some(&rest[..i])),
-            // `http://host?q` has an empty path: "/" plus the query.
             Some(i) => (&rest[i..], Some(&rest[..i])),
             None => ("/", Some(rest)),
         }
@@ -370,7 +374,10 @@ impl RequestView for Head {
     }
     fn path(&self) -> &str {
         let (p, _) = self.origin_form();
-        p.split('?').next().unwrap_or(p)
+        match p.split('?').next() {
+            Some("") | None => "/",
+            Some(path) => path,
+        }
     }
     fn raw_host(&self) -> Option<&str> {
         self.header("host").or_else(|| self.origin_form().1)
@@ -501,6 +508,9 @@ mod tests {
         assert_eq!(RequestView::path(&h), "/x");
         let h = req("GET http://a.test HTTP/1.1\r\n\r\n").expect("ok");
         assert_eq!(h.origin_form(), ("/", Some("a.test")));
+        let h = req("GET HTTP://a.test?q=1 HTTP/1.1\r\n\r\n").expect("ok");
+        assert_eq!(h.origin_form(), ("?q=1", Some("a.test")));
+        assert_eq!(RequestView::path(&h), "/");
         let h = req("GET /p?q HTTP/1.1\r\nHost: h\r\n\r\n").expect("ok");
         assert_eq!(h.origin_form(), ("/p?q", None));
     }

@@ -18,7 +18,7 @@ use bytes::{Buf, BytesMut};
 use hyper::StatusCode;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{Instant, timeout};
+use tokio::time::Instant;
 
 use super::balance::{BackendInfo, Lease};
 use super::headers;
@@ -27,6 +27,7 @@ use super::responses::Local;
 use super::runtime::VsRuntime;
 use super::settings::VsSettings;
 use super::tcp::tunnel;
+use super::upstream::connect_backend;
 use crate::config::{Persistence, Timeouts};
 use head::{Framing, Head, HeadError, Parsed};
 use io::{BodyCopy, CopyError, ReadError, fill, send};
@@ -230,12 +231,12 @@ impl Conn {
             let reused = pooled.is_some();
             let mut up = match pooled.take() {
                 Some(up) => up,
-                None => match connect(addr, t).await {
+                None => match connect_backend(addr, t.connect).await {
                     Ok(up) => up,
                     Err(error) => {
                         tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "502");
                         lease.fail();
-                        let next = self.discard_body(framing, t).await;
+                        let next = self.discard_body(framing);
                         return Err(self
                             .answer(Local::status(StatusCode::BAD_GATEWAY), next, t)
                             .await);
@@ -454,7 +455,7 @@ impl Conn {
     /// Answers with a local response after the request body (if any) is read off.
     async fn local(&mut self, answer: Local, t: &Timeouts) -> Next {
         let framing = self.req.framing.unwrap_or(Framing::Length(0));
-        let next = self.discard_body(framing, t).await;
+        let next = self.discard_body(framing);
         self.answer(answer, next, t).await
     }
 
@@ -472,7 +473,7 @@ impl Conn {
 
     /// Reads off a request body that will not be forwarded when it is already here; a body
     /// still on its way makes the connection close after the answer instead of waiting.
-    async fn discard_body(&mut self, framing: Framing, _t: &Timeouts) -> Next {
+    fn discard_body(&mut self, framing: Framing) -> Next {
         match framing {
             Framing::Length(0) => Next::KeepAlive,
             Framing::Length(n) if (self.cbuf.len() as u64) >= n => {
@@ -487,18 +488,4 @@ impl Conn {
 /// The listener asked connections to finish.
 fn closing_now(phase: &watch::Receiver<Phase>) -> bool {
     *phase.borrow() == Phase::Closing
-}
-
-async fn connect(addr: SocketAddr, t: &Timeouts) -> std::io::Result<TcpStream> {
-    let stream = match timeout(t.connect, TcpStream::connect(addr)).await {
-        Ok(result) => result?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timed out",
-            ));
-        }
-    };
-    stream.set_nodelay(true)?;
-    Ok(stream)
 }

@@ -16,6 +16,9 @@ pub(crate) fn upstream_head(req: &Head, forwarded: Option<IpAddr>, out: &mut Vec
     let (path, authority) = req.origin_form();
     out.extend_from_slice(req.method_str().as_bytes());
     out.push(b' ');
+    if path.starts_with('?') {
+        out.push(b'/');
+    }
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let skip_forwarded = |name: &[u8]| {
@@ -117,6 +120,17 @@ mod tests {
             String::from_utf8_lossy(&out),
             "POST /p?q=1 HTTP/1.1\r\nX-A: b\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\
              x-forwarded-for: 10.0.0.1, 192.0.2.7\r\nx-forwarded-proto: http\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn an_empty_absolute_path_becomes_slash() {
+        let req = parse_req("GET http://a.test?x=1 HTTP/1.1\r\n\r\n");
+        let mut out = Vec::new();
+        upstream_head(&req, None, &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET /?x=1 HTTP/1.1\r\nhost: a.test\r\n\r\n"
         );
     }
 
