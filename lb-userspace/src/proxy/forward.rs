@@ -8,7 +8,6 @@ use hyper::body::Incoming;
 use hyper::header::{HOST, HeaderValue, SET_COOKIE};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 
-use super::balance::BackendInfo;
 use super::body::{ProxyBody, RequestBody, UpstreamBody};
 use super::headers;
 use super::responses;
@@ -25,23 +24,14 @@ pub(crate) async fn handle(
     rt.counters.count_request();
     let settings = rt.settings.load_full();
     let client = peer.ip().to_canonical();
-    let set = settings.conditions.pick(&req, client).map(str::to_string);
-    let snap = rt.snapshot();
-    let sel = rt.list(&snap, set.as_deref());
-    let infos = settings.info(set.as_deref());
-    let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
     let cookie_cfg = match &settings.l7.persistence {
         Persistence::Cookie(c) => Some(c),
         _ => None,
     };
-    let pin_key = cookie_cfg
-        .and_then(|c| headers::cookie(req.headers(), &c.name))
-        .map(str::to_string);
-    let lease = match rt
-        .pool
-        .acquire(sel, &info, client, pin_key.as_deref())
-        .await
-    {
+    let pin_key = cookie_cfg.and_then(|c| headers::cookie(req.headers(), &c.name));
+    let set = settings.conditions.pick(&req, client);
+    let acquire = rt.acquire(&settings, set, client, pin_key);
+    let lease = match acquire.await {
         Ok(lease) => Arc::new(lease),
         Err(error) => {
             tracing::debug!(vservice = %rt.name, %error, "503");

@@ -1,12 +1,12 @@
 //! The live state of one L7 vService shared by its listener and every connection.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use super::balance::{BackendInfo, Pool};
+use super::balance::{BackendInfo, Lease, PickError, Pool};
 use super::settings::VsSettings;
 use crate::config::VServiceKind;
 use crate::selection::{ListSelection, Published, Selections, Tier};
@@ -94,6 +94,23 @@ impl VsRuntime {
                 .find(|(name, _)| name == set)
                 .map_or(&EMPTY, |(_, sel)| sel),
         }
+    }
+
+    /// Chooses a backend of the Default list (`set` None) or a Conditional set's list from the
+    /// current snapshot, with persistence (`pin_key`: the request's persistence cookie), and
+    /// returns the wait for its slot (S-BK8). The choice is made now; the future only waits.
+    pub(crate) fn acquire<'s>(
+        &'s self,
+        settings: &VsSettings,
+        set: Option<&str>,
+        client: IpAddr,
+        pin_key: Option<&str>,
+    ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'s> {
+        let snap = self.snapshot();
+        let infos = settings.info(set);
+        let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
+        self.pool
+            .acquire(self.list(&snap, set), &info, client, pin_key)
     }
 
     /// Rebalance (S-MT5): moves the pins of `backend` onto the other eligible backends of the

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::balance::{BackendInfo, Lease};
+use super::balance::Lease;
 use super::runtime::VsRuntime;
 use super::upstream::connect_backend;
 
@@ -23,15 +23,8 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
     rt.counters.count_request();
     let settings = rt.settings.load_full();
     let timeouts = settings.l7.timeouts;
-    let snap = rt.snapshot();
-    let sel = rt.list(&snap, None);
-    let infos = settings.info(None);
-    let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
-    let lease = match rt
-        .pool
-        .acquire(sel, &info, peer.ip().to_canonical(), None)
-        .await
-    {
+    let acquire = rt.acquire(&settings, None, peer.ip().to_canonical(), None);
+    let lease = match acquire.await {
         Ok(lease) => Arc::new(lease),
         Err(error) => {
             tracing::debug!(vservice = %rt.name, %peer, %error, "closing the client");
@@ -39,7 +32,6 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
             return;
         }
     };
-    drop(snap);
     let mut backend = match connect_backend(lease.addr(), timeouts.connect).await {
         Ok(stream) => stream,
         Err(error) => {

@@ -137,13 +137,13 @@ impl Pool {
     ///
     /// The choice is made when this is called; the returned future (`Send`, borrowing only the
     /// pool, so it can run in spawned tasks) waits for the slot.
-    pub fn acquire(
-        &self,
+    pub fn acquire<'p>(
+        &'p self,
         sel: &ListSelection,
         info: &dyn Fn(&str) -> Option<BackendInfo>,
         client: IpAddr,
         pin_key: Option<&str>,
-    ) -> impl Future<Output = Result<Lease, PickError>> + Send + '_ {
+    ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'p> {
         let settings = self.settings.load_full();
         let choice = self.choose(&settings, sel, info, client, pin_key);
         async move {

@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::balance::{BackendInfo, Lease};
+use super::balance::Lease;
 use super::headers;
 use super::listener::{Phase, closing};
 use super::responses::Local;
@@ -197,15 +197,11 @@ impl Conn {
     /// Chooses the list (Conditional sets) and a backend slot under the pool's rules.
     async fn acquire(&mut self, settings: &VsSettings, client: IpAddr) -> Option<Lease> {
         let set = settings.conditions.pick(&self.req, client);
-        let snap = self.rt.snapshot();
-        let sel = self.rt.list(&snap, set);
-        let infos = settings.info(set);
-        let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
         let pin_key = match &settings.l7.persistence {
             Persistence::Cookie(c) => headers::cookie_in(self.req.header_all("cookie"), &c.name),
             _ => None,
         };
-        match self.rt.pool.acquire(sel, &info, client, pin_key).await {
+        match self.rt.acquire(settings, set, client, pin_key).await {
             Ok(lease) => Some(lease),
             Err(error) => {
                 tracing::debug!(vservice = %self.rt.name, %error, "503");
