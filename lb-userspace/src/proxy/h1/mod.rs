@@ -184,14 +184,18 @@ impl Conn {
         upstream_head(&self.req, forwarded, &mut head);
         let sent = self.send_request(&lease, &head, framing, &t).await;
         self.uphead = head;
-        let (up, head_bytes) = match sent {
+        let (up, head_bytes, body_sent) = match sent {
             Ok(sent) => sent,
             Err(next) => return next,
         };
         lease.add_bytes(head_bytes, 0);
-        let next = self.relay_response(settings, &lease, up, &t).await;
+        let next = self
+            .relay_response(settings, &lease, up, body_sent, &t)
+            .await;
         self.ubuf.clear();
-        next
+        // A backend that answered before taking the whole body leaves the rest of it on the
+        // client connection, where it cannot be told from a next request.
+        if body_sent { next } else { Next::Close }
     }
 
     /// Chooses the list (Conditional sets) and a backend slot under the pool's rules.
@@ -211,15 +215,16 @@ impl Conn {
     }
 
     /// Sends the request head and body to the lease's backend on a pooled or new
-    /// connection. A reused connection that turns out closed is replaced once when the
-    /// request has no body (nothing was consumed that could not be sent again).
+    /// connection, and waits for the first bytes of the answer: Ok((connection, head bytes,
+    /// whether the whole body went)). A reused connection that turns out closed is replaced
+    /// once when the request has no body (nothing was consumed that could not be sent again).
     async fn send_request(
         &mut self,
         lease: &Lease,
         head: &[u8],
         framing: Framing,
         t: &Timeouts,
-    ) -> Result<(TcpStream, u64), Next> {
+    ) -> Result<(TcpStream, u64, bool), Next> {
         let addr = lease.addr();
         let replayable = framing == Framing::Length(0);
         let mut pooled = idle::take(addr);
@@ -243,7 +248,7 @@ impl Conn {
                 if send(&mut up, head, t.server).await {
                     // Probe for a backend that closed the connection while it was idle.
                     match self.first_response_bytes(&mut up, t).await {
-                        Ok(()) => return Ok((up, head.len() as u64)),
+                        Ok(()) => return Ok((up, head.len() as u64, true)),
                         Err(ReadError::Closed | ReadError::Io(_)) if reused => continue,
                         Err(error) => {
                             return Err(self.backend_failed(lease, &error, t).await);
@@ -273,7 +278,7 @@ impl Conn {
                 Ok(n) => {
                     lease.add_bytes(n, 0);
                     match self.first_response_bytes(&mut up, t).await {
-                        Ok(()) => Ok((up, head.len() as u64)),
+                        Ok(()) => Ok((up, head.len() as u64, true)),
                         Err(error) => Err(self.backend_failed(lease, &error, t).await),
                     }
                 }
@@ -284,7 +289,7 @@ impl Conn {
                 Err(CopyError::Sink) => {
                     // The backend stopped taking the body: it may have answered early.
                     match self.first_response_bytes(&mut up, t).await {
-                        Ok(()) => Ok((up, head.len() as u64)),
+                        Ok(()) => Ok((up, head.len() as u64, false)),
                         Err(error) => {
                             let _ = self.backend_failed(lease, &error, t).await;
                             Err(Next::Close)
@@ -320,12 +325,13 @@ impl Conn {
 
     /// Reads the backend's response head (skipping interim 1xx answers), writes the
     /// rewritten head and streams the body to the client; returns the connection to the
-    /// pool when the exchange ended cleanly.
+    /// pool when the exchange ended cleanly (`body_sent`: the backend took the whole request).
     async fn relay_response(
         &mut self,
         settings: &VsSettings,
         lease: &Lease,
         mut up: TcpStream,
+        body_sent: bool,
         t: &Timeouts,
     ) -> Next {
         let head_request = self.req.method_str() == "HEAD";
@@ -392,7 +398,8 @@ impl Conn {
         match result {
             Ok(n) => {
                 lease.add_bytes(0, head_bytes + n);
-                let reusable = framing != Framing::UntilClose
+                let reusable = body_sent
+                    && framing != Framing::UntilClose
                     && self.resp.minor == 1
                     && !self.resp.connection.close
                     && self.ubuf.is_empty();
