@@ -106,6 +106,21 @@ fn proxy_workers_out_of_range_names_the_field() {
 }
 
 #[test]
+fn proxy_sched_slice_out_of_range_names_the_field() {
+    for bad in ["50", "-1", "100001"] {
+        let text = doc(&["[proxy]", &format!("sched_slice_us = {bad}")]);
+        assert_issue(
+            &text,
+            "proxy.sched_slice_us",
+            2,
+            &format!("{bad} is out of range: 0 (the kernel's default) or 100..=100000"),
+        );
+    }
+    let text = doc(&["[proxy]", "sched_slice_us = \"fast\""]);
+    assert_issue(&text, "proxy.sched_slice_us", 2, "invalid type");
+}
+
+#[test]
 fn unknown_field_is_named() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]", "colour = \"blue\""]);
     assert_issue(

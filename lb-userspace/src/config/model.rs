@@ -35,12 +35,31 @@ pub struct Config {
 }
 
 /// Process-wide settings of the L7 proxy (`[proxy]`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProxySettings {
     /// Worker threads serving HTTP and L7 TCP client connections, each with its own event
     /// loop and idle backend connections; None = one per CPU. Read at start: a reload that
     /// changes it takes effect at the next restart.
     pub workers: Option<u16>,
+    /// The scheduler slice each worker asks the kernel for, so that a worker woken by a
+    /// packet runs soon even when busy threads share its CPUs; None = the kernel's default.
+    /// Read at start, like `workers`.
+    pub sched_slice: Option<Duration>,
+}
+
+impl ProxySettings {
+    /// The slice workers ask for when `[proxy] sched_slice_us` is absent: the shortest the
+    /// kernel grants, since a worker's bursts are far shorter than that.
+    pub const DEFAULT_SCHED_SLICE: Duration = Duration::from_micros(100);
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        Self {
+            workers: None,
+            sched_slice: Some(Self::DEFAULT_SCHED_SLICE),
+        }
+    }
 }
 
 /// Where the REST API, the Live Stats page and /metrics listen.

@@ -35,6 +35,7 @@ pub(super) enum RawAttachMode {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProxy {
     pub workers: Option<Spanned<i64>>,
+    pub sched_slice_us: Option<Spanned<i64>>,
 }
 
 /// `[reflection]`: durations in seconds.

@@ -107,6 +107,9 @@ fn valid_ifname(name: &str) -> bool {
 /// Validates `[reflection]`, filling the S-RF defaults (9 s, 5 s, 2.5 s).
 /// Most proxy worker threads accepted.
 const MAX_WORKERS: i64 = 256;
+/// The scheduler slices the kernel grants a SCHED_OTHER thread (0.1 ms to 100 ms).
+const MIN_SLICE_US: i64 = 100;
+const MAX_SLICE_US: i64 = 100_000;
 
 pub(super) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
     let workers = raw.workers.as_ref().and_then(|w| {
@@ -123,7 +126,28 @@ pub(super) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
             }
         }
     });
-    ProxySettings { workers }
+    let sched_slice = match &raw.sched_slice_us {
+        None => Some(ProxySettings::DEFAULT_SCHED_SLICE),
+        Some(us) => match *us.get_ref() {
+            0 => None,
+            v @ MIN_SLICE_US..=MAX_SLICE_US => u64::try_from(v).ok().map(Duration::from_micros),
+            v => {
+                issues.error(
+                    &us.span(),
+                    "proxy.sched_slice_us",
+                    format!(
+                        "{v} is out of range: 0 (the kernel's default) or \
+                         {MIN_SLICE_US}..={MAX_SLICE_US} microseconds"
+                    ),
+                );
+                None
+            }
+        },
+    };
+    ProxySettings {
+        workers,
+        sched_slice,
+    }
 }
 
 pub(super) fn reflection(raw: &RawReflection, issues: &mut Issues) -> ReflectionSettings {

@@ -25,6 +25,7 @@ l7_delay = 3
 
 [proxy]
 workers = 3
+sched_slice_us = 250
 
 [[health_check]]
 name = "tcp"
@@ -112,7 +113,10 @@ fn full_config_round_trips_into_the_model() {
             interfaces: vec!["veth0".into(), "veth1".into()],
             attach_mode: AttachMode::Skb,
         },
-        proxy: ProxySettings { workers: Some(3) },
+        proxy: ProxySettings {
+            workers: Some(3),
+            sched_slice: Some(Duration::from_micros(250)),
+        },
         reflection: ReflectionSettings {
             network_remove_delay: Duration::ZERO,
             network_add_delay: Duration::from_millis(1500),

@@ -16,6 +16,7 @@ mod http;
 mod listener;
 mod responses;
 mod runtime;
+mod sched;
 mod settings;
 mod tcp;
 mod tls;
@@ -97,6 +98,7 @@ impl Proxy {
                 cfg.proxy
                     .workers
                     .map_or_else(workers::default_count, usize::from),
+                cfg.proxy.sched_slice,
             )?),
         };
         proxy.update(cfg).await?;

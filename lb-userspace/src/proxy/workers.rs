@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::h1::idle;
+use super::sched;
 
 /// How often each worker closes its expired idle backend connections.
 const SWEEP: Duration = Duration::from_secs(1);
@@ -27,8 +28,9 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` workers (at least one).
-    pub(crate) fn start(count: usize) -> anyhow::Result<Workers> {
+    /// Starts `count` workers (at least one), each asking the kernel for `slice` (None: the
+    /// kernel's default).
+    pub(crate) fn start(count: usize, slice: Option<Duration>) -> anyhow::Result<Workers> {
         let mut handles = Vec::new();
         let mut stops = Vec::new();
         for i in 0..count.max(1) {
@@ -42,6 +44,17 @@ impl Workers {
             std::thread::Builder::new()
                 .name(format!("lb-proxy-{i}"))
                 .spawn(move || {
+                    if let Some(slice) = slice {
+                        match sched::request_slice(slice) {
+                            Ok(()) => tracing::debug!(worker = i, ?slice, "scheduler slice requested"),
+                            Err(error) => tracing::warn!(
+                                worker = i,
+                                ?slice,
+                                %error,
+                                "could not request a scheduler slice; the worker keeps the kernel's default"
+                            ),
+                        }
+                    }
                     rt.block_on(async move {
                         let sweep = async {
                             let mut tick = tokio::time::interval(SWEEP);
@@ -80,4 +93,39 @@ impl Workers {
 /// Workers when the configuration does not say: one per CPU.
 pub(crate) fn default_count() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slice each worker runs with, read on the worker's own thread.
+    fn slices(workers: &Workers) -> Vec<u64> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("test runtime");
+        workers
+            .handles
+            .iter()
+            .map(|h| {
+                let attr = rt.block_on(h.spawn(async { sched::current() }));
+                attr.expect("worker task")
+                    .expect("sched_getattr")
+                    .sched_runtime
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_worker_runs_with_the_configured_slice() {
+        let workers = Workers::start(2, Some(Duration::from_micros(300))).expect("workers");
+        assert_eq!(slices(&workers), [300_000, 300_000]);
+    }
+
+    #[test]
+    fn no_slice_leaves_the_kernel_default() {
+        let default = sched::current().expect("sched_getattr").sched_runtime;
+        let workers = Workers::start(1, None).expect("workers");
+        assert_eq!(slices(&workers), [default]);
+    }
 }
