@@ -8,7 +8,7 @@
 //! not start) is listed as not measured and the rest still runs; no figure is printed that
 //! was not measured. The markdown table is also written to `target/bench/l7.md`.
 //!
-//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (3),
+//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (5),
 //! `LB_BENCH_DURATION` seconds per run (10), `LB_BENCH_CONNECTIONS` (64),
 //! `LB_BENCH_THREADS` wrk threads (2).
 
@@ -75,7 +75,7 @@ fn version(bin: &str, arg: &str) -> String {
 }
 
 fn main() -> Result<()> {
-    let rounds = env_num("LB_BENCH_ROUNDS", 3)?;
+    let rounds = env_num("LB_BENCH_ROUNDS", 5)?;
     let load = Load {
         threads: u32::try_from(env_num("LB_BENCH_THREADS", 2)?)?,
         connections: u32::try_from(env_num("LB_BENCH_CONNECTIONS", 64)?)?,
