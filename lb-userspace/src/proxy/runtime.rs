@@ -2,11 +2,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use super::balance::{BackendInfo, Lease, PickError, Pool};
+use super::balance::{BackendInfo, Counter, Lease, PickError, Pool};
 use super::settings::VsSettings;
 use crate::config::VServiceKind;
 use crate::selection::{ListSelection, Published, Selections, Tier};
@@ -14,36 +13,36 @@ use crate::selection::{ListSelection, Published, Selections, Tier};
 /// Counters of one vService (S-OB1), beside the pool's per-backend ones.
 #[derive(Debug, Default)]
 pub(crate) struct VsCounters {
-    requests: AtomicU64,
-    bad_requests: AtomicU64,
-    unavailable: AtomicU64,
-    upstream_aborts: AtomicU64,
+    requests: Counter,
+    bad_requests: Counter,
+    unavailable: Counter,
+    upstream_aborts: Counter,
 }
 
 impl VsCounters {
     /// One more request (HTTP) or connection (L7 TCP).
     pub(crate) fn count_request(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests.add(1);
     }
     /// One more malformed request (answered 400/431 by the HTTP server).
     pub(crate) fn count_bad_request(&self) {
-        self.bad_requests.fetch_add(1, Ordering::Relaxed);
+        self.bad_requests.add(1);
     }
     /// One more 503 or closed-at-once connection (S-BK9, queue full or timeout).
     pub(crate) fn count_unavailable(&self) {
-        self.unavailable.fetch_add(1, Ordering::Relaxed);
+        self.unavailable.add(1);
     }
     /// One more response or connection a backend cut short.
     pub(crate) fn count_abort(&self) {
-        self.upstream_aborts.fetch_add(1, Ordering::Relaxed);
+        self.upstream_aborts.add(1);
     }
     /// (requests, bad requests, unavailable, upstream aborts).
     pub(crate) fn read(&self) -> (u64, u64, u64, u64) {
         (
-            self.requests.load(Ordering::Relaxed),
-            self.bad_requests.load(Ordering::Relaxed),
-            self.unavailable.load(Ordering::Relaxed),
-            self.upstream_aborts.load(Ordering::Relaxed),
+            self.requests.get(),
+            self.bad_requests.get(),
+            self.unavailable.get(),
+            self.upstream_aborts.get(),
         )
     }
 }
@@ -106,7 +105,7 @@ impl VsRuntime {
         client: IpAddr,
         pin_key: Option<&str>,
     ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'s> {
-        let snap = self.snapshot();
+        let snap = self.selections.peek();
         let infos = settings.info(set);
         let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
         self.pool

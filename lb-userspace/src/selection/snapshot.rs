@@ -62,6 +62,13 @@ impl Published {
         self.inner.load_full()
     }
 
+    /// The current selections for a short synchronous read on a hot path: no reference-count
+    /// update (a shared atomic two CPUs would fight over on every request); do not hold it
+    /// across an await.
+    pub fn peek(&self) -> arc_swap::Guard<Arc<Selections>> {
+        self.inner.load()
+    }
+
     /// Replaces the selections readers see.
     pub fn store(&self, selections: Selections) {
         self.inner.store(Arc::new(selections));

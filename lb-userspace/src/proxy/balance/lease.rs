@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::limit::Gate;
-use super::stats::{self, Counters};
+use super::stats::Counters;
 
 /// One backend's limit, queue and counters within a pool.
 #[derive(Debug, Default)]
@@ -33,7 +33,7 @@ impl Lease {
         set_cookie: Option<String>,
         backend: Arc<Backend>,
     ) -> Lease {
-        stats::add(&backend.counters.total, 1);
+        backend.counters.total.add(1);
         Lease {
             name,
             addr,
@@ -61,13 +61,13 @@ impl Lease {
 
     /// Adds transferred bytes to the backend's counters.
     pub fn add_bytes(&self, from_client: u64, to_client: u64) {
-        stats::add(&self.backend.counters.bytes_in, from_client);
-        stats::add(&self.backend.counters.bytes_out, to_client);
+        self.backend.counters.bytes_in.add(from_client);
+        self.backend.counters.bytes_out.add(to_client);
     }
 
     /// Marks the request/connection as failed (upstream error, aborted mid-response).
     pub fn fail(&self) {
-        stats::add(&self.backend.counters.failures, 1);
+        self.backend.counters.failures.add(1);
     }
 }
 

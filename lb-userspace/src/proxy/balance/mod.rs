@@ -21,6 +21,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 pub use lease::Lease;
 pub use persist::Pin;
 pub use pool::Pool;
+pub(crate) use stats::Counter;
 pub use stats::{BackendStats, PoolStats};
 
 /// What the proxy knows of one Backend Service at pick time (computed by the caller from the

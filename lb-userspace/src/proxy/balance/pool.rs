@@ -12,7 +12,7 @@ use super::algorithm::{Algorithms, Candidate};
 use super::lease::{Backend, Lease};
 use super::limit::WaitError;
 use super::persist::{CookiePin, Pin, Pins};
-use super::stats::{self, BackendStats, PoolStats, Refusals};
+use super::stats::{BackendStats, PoolStats, Refusals};
 use super::{BackendInfo, PickError, lock};
 use crate::config::{Algorithm, L7Settings, Persistence};
 use crate::selection::ListSelection;
@@ -144,19 +144,17 @@ impl Pool {
         client: IpAddr,
         pin_key: Option<&str>,
     ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'p> {
-        let settings = self.settings.load_full();
-        let choice = self.choose(&settings, sel, info, client, pin_key);
+        let (choice, queue_size, queue_timeout) = {
+            let settings = self.settings.load();
+            let choice = self.choose(&settings, sel, info, client, pin_key);
+            (choice, settings.queue_size, settings.queue_timeout)
+        };
         async move {
             let Some(choice) = choice else {
-                stats::add(&self.refusals.no_backend, 1);
+                self.refusals.no_backend.add(1);
                 return Err(PickError::NoBackend);
             };
-            match choice
-                .backend
-                .gate
-                .enter(settings.queue_size, settings.queue_timeout)
-                .await
-            {
+            match choice.backend.gate.enter(queue_size, queue_timeout).await {
                 Ok(()) => Ok(Lease::new(
                     choice.info.name,
                     choice.info.addr,
@@ -164,11 +162,11 @@ impl Pool {
                     choice.backend,
                 )),
                 Err(WaitError::Full) => {
-                    stats::add(&self.refusals.queue_full, 1);
+                    self.refusals.queue_full.add(1);
                     Err(PickError::QueueFull)
                 }
                 Err(WaitError::Timeout) => {
-                    stats::add(&self.refusals.queue_timeouts, 1);
+                    self.refusals.queue_timeouts.add(1);
                     Err(PickError::QueueTimeout)
                 }
             }
@@ -187,20 +185,20 @@ impl Pool {
                 BackendStats {
                     name: name.clone(),
                     current: usage.open,
-                    total: stats::get(&counters.total),
+                    total: counters.total.get(),
                     queued: usage.queued,
-                    bytes_in: stats::get(&counters.bytes_in),
-                    bytes_out: stats::get(&counters.bytes_out),
-                    failures: stats::get(&counters.failures),
+                    bytes_in: counters.bytes_in.get(),
+                    bytes_out: counters.bytes_out.get(),
+                    failures: counters.failures.get(),
                 }
             })
             .collect();
         backends.sort_by(|a, b| a.name.cmp(&b.name));
         PoolStats {
             backends,
-            no_backend: stats::get(&self.refusals.no_backend),
-            queue_full: stats::get(&self.refusals.queue_full),
-            queue_timeouts: stats::get(&self.refusals.queue_timeouts),
+            no_backend: self.refusals.no_backend.get(),
+            queue_full: self.refusals.queue_full.get(),
+            queue_timeouts: self.refusals.queue_timeouts.get(),
         }
     }
 

@@ -1,39 +1,68 @@
 //! Counters per backend and per pool (S-OB1): what the Live Stats page and metrics read.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Running totals of one backend, updated without a lock from every connection.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Requests (HTTP) or connections (L7 TCP) granted a slot.
-    pub total: AtomicU64,
+    pub total: Counter,
     /// Bytes received from clients and sent to the backend.
-    pub bytes_in: AtomicU64,
+    pub bytes_in: Counter,
     /// Bytes received from the backend and sent to clients.
-    pub bytes_out: AtomicU64,
+    pub bytes_out: Counter,
     /// Requests or connections that failed upstream.
-    pub failures: AtomicU64,
+    pub failures: Counter,
 }
 
 /// Pool-wide refusals, by cause.
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
     /// Nothing could serve (S-BK9).
-    pub no_backend: AtomicU64,
+    pub no_backend: Counter,
     /// The chosen backend's queue was full.
-    pub queue_full: AtomicU64,
+    pub queue_full: Counter,
     /// The wait in the queue lasted too long.
-    pub queue_timeouts: AtomicU64,
+    pub queue_timeouts: Counter,
 }
 
-/// Adds `n` to a counter.
-pub(crate) fn add(counter: &AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
+/// Shards of a [`Counter`]; threads beyond this many share them.
+const SHARDS: usize = 8;
+
+/// One shard, alone on its cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Shard(AtomicU64);
+
+/// A counter every proxy worker bumps on every request: each thread adds to its own shard,
+/// so two workers never fight over one cache line (a shared atomic costs a cross-CPU
+/// transfer per request, like HAProxy's per-thread counters avoid). Reading sums the shards.
+#[derive(Debug, Default)]
+pub(crate) struct Counter([Shard; SHARDS]);
+
+impl Counter {
+    /// Adds `n` (nothing to do for 0).
+    pub(crate) fn add(&self, n: u64) {
+        if n != 0 {
+            self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The total over every thread.
+    pub(crate) fn get(&self) -> u64 {
+        self.0
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(Ordering::Relaxed)))
+    }
 }
 
-/// Reads a counter.
-pub(crate) fn get(counter: &AtomicU64) -> u64 {
-    counter.load(Ordering::Relaxed)
+/// The calling thread's shard, given out in turn the first time a thread counts.
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|s| *s)
 }
 
 /// A snapshot of one vService's balancing counters.

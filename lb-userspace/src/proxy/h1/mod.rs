@@ -81,14 +81,18 @@ pub(crate) async fn serve(
         phase,
     };
     let mut first = true;
+    let rt = conn.rt.clone();
+    // Re-reads the settings only when a reload replaced them: no shared reference count to
+    // bump per request.
+    let mut settings = arc_swap::Cache::new(&rt.settings);
     loop {
-        let settings = conn.rt.settings.load_full();
+        let settings = settings.load();
         if !conn.read_request(&settings.l7.timeouts, first).await {
             return;
         }
         first = false;
         conn.rt.counters.count_request();
-        if conn.exchange(&settings).await == Next::Close {
+        if conn.exchange(settings).await == Next::Close {
             return;
         }
     }

@@ -98,3 +98,21 @@ async fn reload_keeps_counters_and_retain_drops_removed_backends() {
     pool.retain_backends(&|_| false);
     assert!(pool.stats().backends.is_empty());
 }
+
+#[test]
+fn s_ob1_a_sharded_counter_sums_what_every_thread_added() {
+    let counter = super::super::Counter::default();
+    std::thread::scope(|s| {
+        // More threads than shards, so some share one.
+        for t in 0..12u64 {
+            let counter = &counter;
+            s.spawn(move || {
+                for _ in 0..1000 {
+                    counter.add(t + 1);
+                }
+                counter.add(0);
+            });
+        }
+    });
+    assert_eq!(counter.get(), 1000 * (1..=12).sum::<u64>());
+}
