@@ -265,13 +265,13 @@ impl Pool {
         client: IpAddr,
         pin_key: Option<&str>,
     ) -> Option<Choice> {
-        let now = Instant::now();
         // An IPv4 client seen on a dual-stack socket pins (and hashes) as itself.
         let client = client.to_canonical();
         let algorithm = settings.algorithm;
         match &settings.persistence {
             Persistence::None => self.pick(algorithm, sel, info, client, None),
             Persistence::SourceIp { .. } => {
+                let now = Instant::now();
                 let mut pins = lock(&self.pins);
                 let pinned = pins.ip_pin(client, now);
                 if let Some(kept) = pinned.as_deref().and_then(|n| self.keep(n, sel, info)) {
@@ -285,6 +285,7 @@ impl Pool {
                 Some(choice)
             }
             Persistence::Cookie(_) => {
+                let now = Instant::now();
                 let mut pins = lock(&self.pins);
                 let presented = pin_key.map(|value| pins.cookie_pin(value, members(sel, info)));
                 let mut choice = match presented {

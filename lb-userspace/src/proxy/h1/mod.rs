@@ -41,6 +41,9 @@ struct Conn {
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
+    /// The client address as X-Forwarded-For gives it (an IPv4 client on a dual-stack
+    /// socket as itself).
+    peer_text: String,
     /// Bytes received from the client not yet consumed (a pipelined request may wait here).
     cbuf: BytesMut,
     /// Bytes received from the backend of the current exchange.
@@ -72,6 +75,7 @@ pub(crate) async fn serve(
         rt,
         client,
         peer,
+        peer_text: peer.ip().to_canonical().to_string(),
         cbuf: BytesMut::with_capacity(BUF),
         ubuf: BytesMut::with_capacity(BUF),
         out: Vec::with_capacity(BUF),
@@ -183,7 +187,10 @@ impl Conn {
                 return Next::Close;
             }
         }
-        let forwarded = settings.l7.forwarded_headers.then_some(client_ip);
+        let forwarded = settings
+            .l7
+            .forwarded_headers
+            .then_some(self.peer_text.as_str());
         let mut head = std::mem::take(&mut self.uphead);
         upstream_head(&self.req, forwarded, &mut head);
         let sent = self.send_request(&lease, &head, framing, &t).await;

@@ -2,16 +2,14 @@
 //! client gets it (hop-by-hop headers dropped, X-Forwarded-For/-Proto, framing and
 //! connection headers of this hop, the persistence cookie).
 
-use std::io::Write;
-use std::net::IpAddr;
-
 use super::head::{Framing, Head};
 
 /// Writes the request head for the backend into `out` (cleared first): origin-form target,
 /// HTTP/1.1, end-to-end headers, Host from an absolute-form target when the client sent
 /// none, chunked framing kept, and X-Forwarded-For (appended to the client's) and
-/// X-Forwarded-Proto when `forwarded` carries the client address.
-pub(crate) fn upstream_head(req: &Head, forwarded: Option<IpAddr>, out: &mut Vec<u8>) {
+/// X-Forwarded-Proto when `forwarded` carries the client address (as text: it is formatted
+/// once per connection, not per request).
+pub(crate) fn upstream_head(req: &Head, forwarded: Option<&str>, out: &mut Vec<u8>) {
     out.clear();
     let (path, authority) = req.origin_form();
     out.extend_from_slice(req.method_str().as_bytes());
@@ -46,9 +44,16 @@ pub(crate) fn upstream_head(req: &Head, forwarded: Option<IpAddr>, out: &mut Vec
             out.extend_from_slice(prior.trim().as_bytes());
             out.extend_from_slice(b", ");
         }
-        let _ = write!(out, "{client}\r\nx-forwarded-proto: http\r\n");
+        out.extend_from_slice(client.as_bytes());
+        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a status code's three digits (the parser accepts no other form).
+fn push_status(out: &mut Vec<u8>, status: u16) {
+    let digit = |d: u16| b'0' + u8::try_from(d % 10).unwrap_or(0);
+    out.extend_from_slice(&[digit(status / 100), digit(status / 10), digit(status)]);
 }
 
 /// Writes the response head for the client into `out`: HTTP/1.1 status line, end-to-end
@@ -63,7 +68,9 @@ pub(crate) fn response_head(
     set_cookie: Option<&[u8]>,
     out: &mut Vec<u8>,
 ) {
-    let _ = write!(out, "HTTP/1.1 {} ", resp.status);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, resp.status);
+    out.push(b' ');
     out.extend_from_slice(resp.reason());
     out.extend_from_slice(b"\r\n");
     let chunked = framing == Framing::Chunked;
@@ -115,7 +122,7 @@ mod tests {
              X-Forwarded-For: 10.0.0.1\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n",
         );
         let mut out = Vec::new();
-        upstream_head(&req, Some("192.0.2.7".parse().expect("ip")), &mut out);
+        upstream_head(&req, Some("192.0.2.7"), &mut out);
         assert_eq!(
             String::from_utf8_lossy(&out),
             "POST /p?q=1 HTTP/1.1\r\nX-A: b\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\
