@@ -115,15 +115,9 @@ impl Head {
     pub(crate) fn parse_request(&mut self, input: &[u8]) -> Result<Parsed, HeadError> {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut raw);
-        let n = match req.parse(input) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => return partial(input),
-            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-            Err(_) => return Err(HeadError::Malformed("invalid request head")),
+        let Some(n) = head_length(req.parse(input), input, "invalid request head")? else {
+            return Ok(Parsed::Partial);
         };
-        if n > MAX_HEADER_BYTES {
-            return Err(HeadError::TooLarge);
-        }
         self.reset(&input[..n]);
         let (method, path) = (req.method.unwrap_or(""), req.path.unwrap_or(""));
         self.first = Span::of(input, method.as_bytes());
@@ -143,11 +137,8 @@ impl Head {
     ) -> Result<Parsed, HeadError> {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut raw);
-        let n = match resp.parse(input) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => return partial(input),
-            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-            Err(_) => return Err(HeadError::Malformed("invalid response head")),
+        let Some(n) = head_length(resp.parse(input), input, "invalid response head")? else {
+            return Ok(Parsed::Partial);
         };
         self.reset(&input[..n]);
         self.first = Span::of(input, resp.reason.unwrap_or("").as_bytes());
@@ -387,12 +378,23 @@ impl RequestView for Head {
     }
 }
 
-fn partial(input: &[u8]) -> Result<Parsed, HeadError> {
-    if input.len() > MAX_HEADER_BYTES {
-        Err(HeadError::TooLarge)
-    } else {
-        Ok(Parsed::Partial)
+/// The length of a complete head (None: incomplete so far), for requests and responses alike:
+/// a head, complete or not, may not exceed MAX_HEADER_BYTES nor MAX_HEADERS lines.
+fn head_length(
+    parsed: httparse::Result<usize>,
+    input: &[u8],
+    malformed: &'static str,
+) -> Result<Option<usize>, HeadError> {
+    let (n, complete) = match parsed {
+        Ok(httparse::Status::Complete(n)) => (n, true),
+        Ok(httparse::Status::Partial) => (input.len(), false),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Malformed(malformed)),
+    };
+    if n > MAX_HEADER_BYTES {
+        return Err(HeadError::TooLarge);
     }
+    Ok(complete.then_some(n))
 }
 
 /// Comma-separated tokens of a header value, trimmed, empty ones skipped.
@@ -544,5 +546,27 @@ mod tests {
         let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
         big.extend(std::iter::repeat_n(b'a', MAX_HEADER_BYTES + 1));
         assert_eq!(h.parse_request(&big).err(), Some(HeadError::TooLarge));
+        big.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(h.parse_request(&big).err(), Some(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn an_oversized_response_head_is_refused_complete_or_not() {
+        let mut h = Head::default();
+        let mut big = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
+        big.extend(std::iter::repeat_n(b'a', MAX_HEADER_BYTES + 1));
+        assert_eq!(
+            h.parse_response(&big, false).err(),
+            Some(HeadError::TooLarge)
+        );
+        big.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(
+            h.parse_response(&big, false).err(),
+            Some(HeadError::TooLarge)
+        );
+        assert!(matches!(
+            h.parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", false),
+            Ok(Parsed::Complete(_))
+        ));
     }
 }
