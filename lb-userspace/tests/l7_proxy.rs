@@ -1079,6 +1079,64 @@ async fn h2c_prior_knowledge_request_works() {
     assert_eq!(&body[..], b"a");
 }
 
+/// No SPEC rule covers timeouts; issue 4 asks for a keep-alive timeout. An HTTP/2 connection
+/// closes (GOAWAY) once no stream has been open for the keep-alive timeout, and a stream that
+/// outlasts the timeout runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_connection_idle_past_keep_alive_closes_but_never_during_a_stream() {
+    let a = http_backend("a").await;
+    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.timeouts.keep_alive = Duration::from_secs(1);
+    }
+    let env = Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await;
+    let tcp = TcpStream::connect(env.addr("web")).await.expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2c handshake");
+    let mut conn = tokio::spawn(conn);
+
+    // 4 chunks 500 ms apart: the stream lasts twice the keep-alive timeout.
+    let req = Request::get("http://web/stream?n=4&ms=500")
+        .body(Empty::<Bytes>::new())
+        .expect("req");
+    let resp = send.send_request(req).await.expect("stream response");
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("whole stream")
+        .to_bytes();
+    assert_eq!(&body[..], b"a\na\na\na\n", "the stream ran to its end");
+    let ended = std::time::Instant::now();
+
+    // A second request soon after still uses the same connection.
+    let req = Request::get("http://web/")
+        .body(Empty::<Bytes>::new())
+        .expect("req");
+    let resp = send.send_request(req).await.expect("second response");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"a");
+    let last = std::time::Instant::now();
+
+    let closed = tokio::time::timeout(Duration::from_secs(5), &mut conn).await;
+    assert!(
+        closed.is_ok(),
+        "the idle connection was closed by the proxy"
+    );
+    let idle_for = last.elapsed();
+    assert!(
+        idle_for >= Duration::from_millis(900),
+        "closed {idle_for:?} after the last response, before the keep-alive timeout"
+    );
+    assert!(
+        ended.elapsed() < Duration::from_secs(4),
+        "closed {:?} after the stream ended, long past the keep-alive timeout",
+        ended.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_alpn_h2_and_http11_works() {
     let a = http_backend("a").await;

@@ -343,7 +343,8 @@ pub struct Timeouts {
     pub server: Duration,
     /// Waiting in a backend's queue at its connection limit. Default 5 s.
     pub queue: Duration,
-    /// Idle keep-alive connections (client side and pooled upstream). Default 60 s.
+    /// Idle keep-alive connections: a client's between HTTP/1.1 requests or with no HTTP/2
+    /// stream open, and pooled upstream ones. Default 60 s.
     pub keep_alive: Duration,
 }
 

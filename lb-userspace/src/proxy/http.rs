@@ -13,7 +13,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use super::activity::{Activity, Tracked};
 use super::forward;
 use super::listener::{Phase, closing};
 use super::runtime::VsRuntime;
@@ -90,18 +92,27 @@ async fn run<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // HTTP/1.1 waits for each request head under hyper's header timer; an HTTP/2
+    // connection is idle only when none of its streams is open.
+    let activity = h2.then(Activity::new);
     let service_rt = rt.clone();
+    let streams = activity.clone();
     let service = service_fn(move |req| {
         let rt = service_rt.clone();
-        async move { Ok::<_, Infallible>(forward::handle(rt, peer, tls, req).await) }
+        let open = streams.as_ref().map(Activity::open);
+        async move {
+            let resp = forward::handle(rt, peer, tls, req).await;
+            Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, open)))
+        }
     });
     let io = TokioIo::new(io);
-    let result = if h2 {
+    let result = if let Some(activity) = activity {
         let conn = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             .serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), phase).await
+        let idle = Some((activity, timeouts.keep_alive));
+        drive(conn, |c| c.graceful_shutdown(), phase, idle).await
     } else {
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
@@ -110,7 +121,7 @@ async fn run<I>(
             .max_buf_size(2 * MAX_HEADER_BYTES)
             .keep_alive(true)
             .serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), phase).await
+        drive(conn, |c| c.graceful_shutdown(), phase, None).await
     };
     if let Err(error) = result {
         if error.is_parse() {
@@ -120,12 +131,14 @@ async fn run<I>(
     }
 }
 
-/// Runs a connection to its end; when the listener closes, asks it to finish in-flight
-/// requests and close (graceful shutdown).
+/// Runs a connection to its end. When the listener closes, or the connection stays idle
+/// (`idle`: its open requests and keep-alive timeout) that long, asks it to finish in-flight
+/// requests and close (graceful shutdown: an HTTP/2 client gets a GOAWAY).
 async fn drive<C>(
     conn: C,
     shutdown: fn(Pin<&mut C>),
     mut phase: watch::Receiver<Phase>,
+    idle: Option<(Arc<Activity>, Duration)>,
 ) -> Result<(), hyper::Error>
 where
     C: Future<Output = Result<(), hyper::Error>>,
@@ -133,12 +146,38 @@ where
     tokio::pin!(conn);
     let mut draining = false;
     loop {
+        let deadline = idle
+            .as_ref()
+            .and_then(|(a, keep_alive)| a.idle_deadline(*keep_alive));
+        let expired = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ended = async {
+            match &idle {
+                Some((activity, _)) => activity.ended().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             result = conn.as_mut() => return result,
             () = closing(&mut phase), if !draining => {
                 draining = true;
                 shutdown(conn.as_mut());
             }
+            () = expired, if !draining => {
+                // A request may have opened since the deadline was read: look again.
+                let still = idle.as_ref().and_then(|(a, keep_alive)| a.idle_deadline(*keep_alive));
+                if still.is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!("HTTP/2 connection idle past the keep-alive timeout");
+                    draining = true;
+                    shutdown(conn.as_mut());
+                }
+            }
+            // The last open request ended: the idle deadline moved.
+            () = ended, if !draining => {}
         }
     }
 }

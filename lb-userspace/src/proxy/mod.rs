@@ -6,6 +6,7 @@
 //! to new traffic at once, without restarting a listener or touching open connections
 //! (S-BK4, S-MT1, S-MT3).
 
+mod activity;
 pub mod balance;
 mod body;
 mod conditions;
