@@ -635,6 +635,29 @@ async fn reload_rejects_broken_file() {
     let a = node.post("/api/v1/reload", json!({})).await;
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(node.get("/api/v1/backends/spare").await.body["weight"], 7);
+    assert_eq!(
+        a.body["warnings"],
+        json!([]),
+        "nothing restart-only changed"
+    );
+
+    // Settings read only at start are reported, not silently ignored; the rest applies.
+    std::fs::write(
+        &node.path,
+        good.replace(
+            "name = \"spare\"\naddress",
+            "name = \"spare\"\nweight = 9\naddress",
+        ) + "\n[proxy]\nworkers = 7\n",
+    )
+    .unwrap();
+    let a = node.post("/api/v1/reload", json!({})).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(node.get("/api/v1/backends/spare").await.body["weight"], 9);
+    let warnings = a.body["warnings"].to_string();
+    assert!(
+        warnings.contains("proxy.workers changed") && warnings.contains("next restart"),
+        "{warnings}"
+    );
     node.shutdown().await;
 }
 
@@ -778,4 +801,48 @@ async fn s_cl_receive_rejects_invalid_config() {
     assert_eq!(node.text(), before);
     let _ = Arc::new(());
     node.shutdown().await;
+}
+
+/// No SPEC rule covers it: `lb run` whose API address is taken exits at once with an error
+/// that names the address, instead of running with nobody able to reach it.
+#[test]
+fn lb_run_refuses_to_start_when_the_api_address_is_taken() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tmpdir("taken");
+    let path = dir.join("lb.toml");
+    std::fs::write(&path, format!("[api]\nlisten = \"{addr}\"\n")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lb"))
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("lb run kept running without its API");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("binding the API on {addr}")),
+        "the error names the address: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

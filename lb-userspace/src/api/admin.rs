@@ -101,7 +101,8 @@ fn rejected(e: config::ConfigError) -> ApiError {
 /// Loads the file and applies it; the running configuration stays on any error.
 pub(crate) async fn reload(st: &ApiState) -> ApiResult<Vec<String>> {
     let path = st.daemon.config_path();
-    let (cfg, warnings) = config::load_with_warnings(path).map_err(rejected)?;
+    let (cfg, mut warnings) = config::load_with_warnings(path).map_err(rejected)?;
+    warnings.extend(st.daemon.restart_only_changes(&cfg));
     st.daemon.apply(cfg).await.map_err(|e| {
         ApiError::bad_request(format!(
             "configuration rejected: {e:#}; the running configuration stays"

@@ -24,6 +24,7 @@ use anyhow::{Context, bail};
 use axum::Router;
 use axum::http::{StatusCode, Uri};
 use axum::routing::{get, post};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::info;
 
@@ -112,14 +113,33 @@ pub async fn serve(
     daemon: Arc<Daemon>,
     listen: SocketAddr,
     token: Option<String>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    if !listen.ip().is_loopback() && token.is_none() {
+    let listener = bind(listen, token.is_some()).await?;
+    serve_on(daemon, listener, token, stop).await
+}
+
+/// Binds the API's listener, so that `lb run` can refuse to start without its API rather
+/// than run unreachable. Refuses a non-loopback address without a token.
+pub async fn bind(listen: SocketAddr, has_token: bool) -> anyhow::Result<TcpListener> {
+    if !listen.ip().is_loopback() && !has_token {
         bail!("refusing to serve the API on non-loopback {listen} without api.token");
     }
-    let listener = tokio::net::TcpListener::bind(listen)
+    TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding the API on {listen}"))?;
+        .with_context(|| format!("binding the API on {listen} (api.listen)"))
+}
+
+/// Serves the API on a listener from [`bind`] until `stop` turns true.
+pub async fn serve_on(
+    daemon: Arc<Daemon>,
+    listener: TcpListener,
+    token: Option<String>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listen = listener
+        .local_addr()
+        .context("the API listener's address")?;
     info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
     let app = router(daemon, token);
     axum::serve(listener, app)

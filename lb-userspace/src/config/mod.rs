@@ -37,6 +37,7 @@ mod probe;
 mod raw;
 mod raw_dns;
 mod raw_l7;
+mod restart;
 mod seconds;
 mod settings;
 mod vservice;
@@ -45,6 +46,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigIssue};
 pub use model::*;
+pub use restart::restart_only_changes;
 
 use issues::Issues;
 

@@ -31,6 +31,8 @@ use crate::selection::{Published, Selections};
 pub struct Daemon {
     config_path: PathBuf,
     config: ArcSwap<Config>,
+    /// The configuration `lb run` started with: what the settings read only at start hold.
+    started: Arc<Config>,
     engine: Arc<HealthEngine>,
     selections: Arc<Published>,
     l7_view: ArcSwap<View>,
@@ -50,6 +52,12 @@ impl Daemon {
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
+    }
+
+    /// Settings of `new` that differ from the running ones but take effect only at the next
+    /// restart (one line each), for a reload to report.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
+        config::restart_only_changes(&self.started, new)
     }
 
     /// The configuration file the daemon was started with (changes are written back to it).
@@ -114,15 +122,18 @@ impl Daemon {
     }
 
     /// Re-reads the configuration file and applies it. A file that fails validation is
-    /// rejected with every error and the running configuration stays.
+    /// rejected with every error and the running configuration stays. Changed settings that
+    /// apply only at the next start are logged as warnings.
     pub async fn reload_from_file(&self) -> Result<()> {
         let (cfg, warnings) = config::load_with_warnings(&self.config_path)
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("reload of {} rejected", self.config_path.display()))?;
-        for w in warnings {
+        let later = self.restart_only_changes(&cfg);
+        self.apply(cfg).await?;
+        for w in warnings.iter().chain(&later) {
             warn!("{w}");
         }
-        self.apply(cfg).await
+        Ok(())
     }
 
     /// Applies a validated configuration to every part without restarting listeners or
@@ -228,6 +239,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
     let daemon = Arc::new(Daemon {
         config_path,
         config: ArcSwap::new(cfg.clone()),
+        started: cfg.clone(),
         engine: engine.clone(),
         selections,
         l7_view: ArcSwap::from_pointee(View::default()),
@@ -296,13 +308,16 @@ pub fn run(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<()
         .context("starting the async runtime")?;
     rt.block_on(async move {
         let api = cfg.api.clone();
+        // Before anything starts: a daemon nobody can reach is refused, not half-started.
+        let api_listener = crate::api::bind(api.listen, api.token.is_some()).await?;
         let running = start(dp, cfg, config_path).await?;
         let daemon = running.daemon.clone();
         let (api_stop, api_stop_rx) = watch::channel(false);
         let api_task = {
             let daemon = daemon.clone();
             tokio::spawn(async move {
-                if let Err(e) = crate::api::serve(daemon, api.listen, api.token, api_stop_rx).await
+                if let Err(e) =
+                    crate::api::serve_on(daemon, api_listener, api.token, api_stop_rx).await
                 {
                     warn!("the API stopped: {e:#}");
                 }

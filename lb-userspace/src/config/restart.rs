@@ -1,0 +1,142 @@
+//! Settings `lb run` reads once, when it starts: the interfaces and maps of the data path,
+//! the API listener, the proxy's worker threads and the reflection cadences. A reload that
+//! changes one of them says so, so that an operator does not believe it applied.
+
+use std::fmt::Debug;
+
+use super::Config;
+
+/// One line per setting that differs between `running` (the configuration the daemon
+/// started with) and `new` and takes effect only at the next restart.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |field: &str, was: String, now: String, shown: bool| {
+        if was != now {
+            let change = if shown {
+                format!(" ({was} -> {now})")
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{field} changed{change}: it takes effect at the next restart of lb run; \
+                 the running value stays"
+            ));
+        }
+    };
+    let (r, n) = (running, new);
+    let dbg = |v: &dyn Debug| format!("{v:?}");
+    let workers = |w: Option<u16>| w.map_or_else(|| "one per CPU".to_owned(), |w| w.to_string());
+    let slice = |s: Option<std::time::Duration>| {
+        s.map_or_else(|| "the kernel's".to_owned(), |s| s.as_micros().to_string())
+    };
+    check(
+        "xdp.pin_dir",
+        dbg(&r.xdp.pin_dir),
+        dbg(&n.xdp.pin_dir),
+        true,
+    );
+    check(
+        "xdp.conn_table_size",
+        dbg(&r.xdp.conn_table_size),
+        dbg(&n.xdp.conn_table_size),
+        true,
+    );
+    check(
+        "xdp.interfaces",
+        dbg(&r.xdp.interfaces),
+        dbg(&n.xdp.interfaces),
+        true,
+    );
+    check(
+        "xdp.attach_mode",
+        dbg(&r.xdp.attach_mode),
+        dbg(&n.xdp.attach_mode),
+        true,
+    );
+    check(
+        "api.listen",
+        r.api.listen.to_string(),
+        n.api.listen.to_string(),
+        true,
+    );
+    // A secret: say that it changed, never what it is.
+    check("api.token", dbg(&r.api.token), dbg(&n.api.token), false);
+    check(
+        "proxy.workers",
+        workers(r.proxy.workers),
+        workers(n.proxy.workers),
+        true,
+    );
+    check(
+        "proxy.sched_slice_us",
+        slice(r.proxy.sched_slice),
+        slice(n.proxy.sched_slice),
+        true,
+    );
+    let (rr, nr) = (&r.reflection, &n.reflection);
+    for (field, was, now) in [
+        (
+            "reflection.network_remove_delay",
+            rr.network_remove_delay,
+            nr.network_remove_delay,
+        ),
+        (
+            "reflection.network_add_delay",
+            rr.network_add_delay,
+            nr.network_add_delay,
+        ),
+        ("reflection.l7_delay", rr.l7_delay, nr.l7_delay),
+    ] {
+        check(field, dbg(&was), dbg(&now), true);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Config {
+        crate::config::parse(text, "restart.toml").expect("valid")
+    }
+
+    #[test]
+    fn reloadable_changes_give_no_warning() {
+        let a = parse("");
+        let b = parse("[[backend_service]]\nname = \"b\"\naddress = \"127.0.0.1\"\nport = 8080\n");
+        assert!(restart_only_changes(&a, &b).is_empty());
+    }
+
+    #[test]
+    fn each_restart_only_change_is_named_and_a_token_is_never_shown() {
+        let a = parse("[api]\ntoken = \"old-secret-token-1234\"\n");
+        let b = parse(
+            "[api]\nlisten = \"127.0.0.1:9999\"\ntoken = \"new-secret-token-5678\"\n\
+             [proxy]\nworkers = 3\nsched_slice_us = 0\n\
+             [reflection]\nl7_delay = 1.0\n",
+        );
+        let lines = restart_only_changes(&a, &b);
+        let fields: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split_once(' ').map_or(l.as_str(), |(f, _)| f))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "api.listen",
+                "api.token",
+                "proxy.workers",
+                "proxy.sched_slice_us",
+                "reflection.l7_delay"
+            ]
+        );
+        assert!(
+            lines[0].contains("127.0.0.1:9180 -> 127.0.0.1:9999"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines.iter().all(|l| !l.contains("secret")), "{lines:?}");
+        assert!(lines[2].contains("(one per CPU -> 3)"), "{}", lines[2]);
+        assert!(lines[3].contains("(100 -> the kernel's)"), "{}", lines[3]);
+    }
+}
