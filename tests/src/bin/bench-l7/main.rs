@@ -2,14 +2,19 @@
 //! the same backend, on loopback, under the same wrk load (issue 4 item 10, issue 6 item 4).
 //!
 //! Each system runs `rounds` times, alternating systems and rotating which goes first, and
-//! the median of each figure is reported with the ratios ours / theirs. Then a Maintenance
+//! the median of each figure is reported with the ratios ours / theirs. Every round starts
+//! each proxy afresh and warms it up: a proxy's upstream connections land on the backend's
+//! two worker processes by the backend's accept race, and that split (say 61/3 or 37/27),
+//! kept as long as the proxy keeps its connections, moved a proxy's p99 by up to a third
+//! between otherwise identical runs. Fresh connections (and fresh thread placement) each
+//! round make the medians average over that draw instead of resting on one. Then a Maintenance
 //! run counts the requests that fail while Maintenance moves between two Backend Services
 //! every second (must be 0). A peer that cannot run (a package missing, a process that does
 //! not start) is listed as not measured and the rest still runs; no figure is printed that
 //! was not measured. The markdown table is also written to `target/bench/l7.md`.
 //!
-//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (5),
-//! `LB_BENCH_DURATION` seconds per run (10), `LB_BENCH_CONNECTIONS` (64),
+//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9),
+//! `LB_BENCH_DURATION` seconds per run (6), `LB_BENCH_CONNECTIONS` (64),
 //! `LB_BENCH_THREADS` wrk threads (2).
 
 mod maint;
@@ -23,13 +28,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::peers::{Ports, local};
 use crate::procs::{Guard, Scratch};
 use crate::report::{Report, SystemFigures};
 use crate::wrk::{Load, WrkResult};
 
+/// Shortest Maintenance run.
+const MAINT_RUN: Duration = Duration::from_secs(10);
 /// Length of the unrecorded warm-up run of each system.
 const WARM_UP: Duration = Duration::from_secs(2);
 
@@ -37,8 +44,11 @@ const WARM_UP: Duration = Duration::from_secs(2);
 struct System {
     name: &'static str,
     port: u16,
-    guard: Guard,
+    /// The running process; None between a stop and the next start.
+    guard: Option<Guard>,
     runs: Vec<WrkResult>,
+    /// The round of each run.
+    rounds: Vec<u64>,
     /// CPU microseconds the proxy spent per request, per run (when /proc could tell).
     cpu_us: Vec<f64>,
     broken: Option<String>,
@@ -75,11 +85,11 @@ fn version(bin: &str, arg: &str) -> String {
 }
 
 fn main() -> Result<()> {
-    let rounds = env_num("LB_BENCH_ROUNDS", 5)?;
+    let rounds = env_num("LB_BENCH_ROUNDS", 9)?;
     let load = Load {
         threads: u32::try_from(env_num("LB_BENCH_THREADS", 2)?)?,
         connections: u32::try_from(env_num("LB_BENCH_CONNECTIONS", 64)?)?,
-        duration: Duration::from_secs(env_num("LB_BENCH_DURATION", 10)?),
+        duration: Duration::from_secs(env_num("LB_BENCH_DURATION", 6)?),
     };
     let lb_bin = std::env::var_os("LB_BIN")
         .map(PathBuf::from)
@@ -111,15 +121,6 @@ fn main() -> Result<()> {
     let ports = Ports::pick()?;
     let _backend = peers::start_backend(&scratch, &ports)?;
     let mut systems = start_systems(&lb_bin, &scratch, &ports, &tools, &mut report);
-    for s in &mut systems {
-        let warm = Load {
-            duration: WARM_UP,
-            ..load
-        };
-        if let Err(e) = wrk::run(warm, local(s.port)) {
-            s.broken = Some(format!("warm-up failed: {e:#}"));
-        }
-    }
     let n = systems.len();
     for round in 0..rounds {
         for i in 0..n {
@@ -127,15 +128,18 @@ fn main() -> Result<()> {
             if s.broken.is_some() {
                 continue;
             }
-            if let Err(e) = s.guard.check_alive() {
+            if let Err(e) = fresh_start(s, &lb_bin, &scratch, &ports, load) {
                 s.broken = Some(format!("{e:#}"));
                 continue;
             }
-            let cpu_before = s.guard.cpu_time();
+            let Some(guard) = s.guard.as_mut() else {
+                continue;
+            };
+            let cpu_before = guard.cpu_time();
             match wrk::run(load, local(s.port)) {
                 Ok(r) => {
                     let cpu = cpu_before
-                        .zip(s.guard.cpu_time())
+                        .zip(guard.cpu_time())
                         .filter(|_| r.requests > 0)
                         .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
                     println!(
@@ -150,25 +154,37 @@ fn main() -> Result<()> {
                         cpu.map_or("?".into(), |c| format!("{c:.1}")),
                     );
                     s.runs.push(r);
+                    s.rounds.push(round + 1);
                     s.cpu_us.extend(cpu);
                 }
                 Err(e) => s.broken = Some(format!("{e:#}")),
             }
         }
     }
+    // Maintenance toggles once a second: at least ten of them, whatever the round length.
+    let maint_load = Load {
+        duration: load.duration.max(MAINT_RUN),
+        ..load
+    };
     for s in &systems {
         if let Some(why) = &s.broken {
             report.not_measured(format!("{}: {why}", s.name));
         }
         if !s.runs.is_empty() {
-            report.system(SystemFigures::new(s.name, &s.runs, &s.cpu_us));
+            report.system(SystemFigures::new(s.name, &s.runs, &s.rounds, &s.cpu_us));
         }
     }
     match systems
         .iter()
-        .find(|s| s.name == "lb" && s.broken.is_none())
+        .find(|s| s.name == "lb" && s.broken.is_none() && s.guard.is_some())
     {
-        Some(_) => match maint::run(&lb_bin, ports.lb_api, local(ports.lb_maint), load, &scratch) {
+        Some(_) => match maint::run(
+            &lb_bin,
+            ports.lb_api,
+            local(ports.lb_maint),
+            maint_load,
+            &scratch,
+        ) {
             Ok(m) => report.maintenance(m),
             Err(e) => report.not_measured(format!("maintenance run: {e:#}")),
         },
@@ -182,7 +198,42 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Starts our proxy, HAProxy and nginx; the ones that cannot start are reported.
+/// Starts one proxy (its configuration written afresh).
+fn start(name: &str, lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+    match name {
+        "lb" => peers::start_lb(lb_bin, scratch, ports),
+        "haproxy" => peers::start_haproxy(scratch, ports),
+        _ => peers::start_nginx(scratch, ports),
+    }
+}
+
+/// Stops `s` if it runs, starts it again (no upstream connection left from a previous
+/// round) and warms it up with an unrecorded run.
+fn fresh_start(
+    s: &mut System,
+    lb_bin: &Path,
+    scratch: &Scratch,
+    ports: &Ports,
+    load: Load,
+) -> Result<()> {
+    // Dropping the guard stops the process and waits for it (the port is free again).
+    s.guard = None;
+    let guard =
+        start(s.name, lb_bin, scratch, ports).with_context(|| format!("restarting {}", s.name))?;
+    s.guard = Some(guard);
+    let warm = Load {
+        duration: WARM_UP,
+        ..load
+    };
+    wrk::run(warm, local(s.port)).context("warm-up failed")?;
+    if let Some(g) = s.guard.as_mut() {
+        g.check_alive()?;
+    }
+    Ok(())
+}
+
+/// Starts our proxy, HAProxy and nginx once, to report the ones that cannot start; each
+/// round then restarts them (`fresh_start`).
 fn start_systems(
     lb_bin: &Path,
     scratch: &Scratch,
@@ -190,9 +241,9 @@ fn start_systems(
     tools: &setup::Tools,
     report: &mut Report,
 ) -> Vec<System> {
-    let mut started: Vec<(&'static str, u16, Result<Guard>)> = Vec::new();
+    let mut names: Vec<(&'static str, u16)> = Vec::new();
     if lb_bin.exists() {
-        started.push(("lb", ports.lb, peers::start_lb(lb_bin, scratch, ports)));
+        names.push(("lb", ports.lb));
     } else {
         report.not_measured(format!(
             "lb: {} does not exist (cargo build --release -p lb-userspace)",
@@ -200,18 +251,18 @@ fn start_systems(
         ));
     }
     if tools.has("haproxy") {
-        let g = peers::start_haproxy(scratch, ports);
-        started.push(("haproxy", ports.haproxy, g));
+        names.push(("haproxy", ports.haproxy));
     }
-    started.push(("nginx", ports.nginx, peers::start_nginx(scratch, ports)));
+    names.push(("nginx", ports.nginx));
     let mut out = Vec::new();
-    for (name, port, g) in started {
-        match g {
+    for (name, port) in names {
+        match start(name, lb_bin, scratch, ports) {
             Ok(guard) => out.push(System {
                 name,
                 port,
-                guard,
+                guard: Some(guard),
                 runs: Vec::new(),
+                rounds: Vec::new(),
                 cpu_us: Vec::new(),
                 broken: None,
             }),

@@ -25,6 +25,8 @@ const STEP: Duration = Duration::from_secs(1);
 
 /// What the Maintenance run measured.
 pub struct MaintReport {
+    /// How long wrk ran.
+    pub duration: Duration,
     /// wrk's figures for the whole run.
     pub wrk: WrkResult,
     /// API calls that succeeded.
@@ -140,6 +142,7 @@ pub fn run(
         }
     }
     Ok(MaintReport {
+        duration: load.duration,
         wrk,
         calls_ok,
         calls_failed,

@@ -15,6 +15,8 @@ pub struct SystemFigures {
     p50_ms: f64,
     p99_ms: f64,
     each_rps: Vec<f64>,
+    /// (round, req/s, p99 ms) of each run, to compare systems round by round.
+    per_round: Vec<(u64, f64, f64)>,
     failed: u64,
     /// Median CPU microseconds per request of the proxy's processes (None: not measured).
     cpu_us: Option<f64>,
@@ -32,14 +34,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl SystemFigures {
-    /// Medians over `runs` (at least one) and over the CPU cost per request of each run.
-    pub fn new(name: &'static str, runs: &[WrkResult], cpu_us: &[f64]) -> Self {
+    /// Medians over `runs` (at least one, made in rounds `rounds`) and over the CPU cost per
+    /// request of each run.
+    pub fn new(name: &'static str, runs: &[WrkResult], rounds: &[u64], cpu_us: &[f64]) -> Self {
         Self {
             name,
             rps: median(runs.iter().map(|r| r.rps).collect()),
             p50_ms: median(runs.iter().map(|r| r.p50_ms).collect()),
             p99_ms: median(runs.iter().map(|r| r.p99_ms).collect()),
             each_rps: runs.iter().map(|r| r.rps).collect(),
+            per_round: rounds
+                .iter()
+                .zip(runs)
+                .map(|(&k, r)| (k, r.rps, r.p99_ms))
+                .collect(),
             failed: runs.iter().map(WrkResult::failed).sum(),
             cpu_us: (!cpu_us.is_empty()).then(|| median(cpu_us.to_vec())),
         }
@@ -93,6 +101,30 @@ impl Report {
         self.systems.iter().find(|s| s.name == name)
     }
 
+    /// Ours / theirs within each round both ran (neighbours in time, so a slow phase of the
+    /// machine weighs on both): medians of the req/s and p99 ratios, and in how many rounds
+    /// our p99 was the lower or equal one. None without a common round.
+    fn same_round(ours: &SystemFigures, peer: &SystemFigures) -> Option<(usize, f64, f64, usize)> {
+        let pairs: Vec<(f64, f64)> = ours
+            .per_round
+            .iter()
+            .filter_map(|&(k, rps, p99)| {
+                let &(_, prps, pp99) = peer.per_round.iter().find(|r| r.0 == k)?;
+                Some((rps / prps, p99 / pp99))
+            })
+            .collect();
+        if pairs.is_empty() {
+            return None;
+        }
+        let no_worse = pairs.iter().filter(|p| p.1 <= 1.0).count();
+        Some((
+            pairs.len(),
+            median(pairs.iter().map(|p| p.0).collect()),
+            median(pairs.iter().map(|p| p.1).collect()),
+            no_worse,
+        ))
+    }
+
     /// The whole report as markdown.
     pub fn render(&self) -> String {
         let mut o = String::new();
@@ -117,8 +149,9 @@ impl Report {
         }
         let _ = writeln!(
             o,
-            "Load: wrk -t{} -c{} -d{}s --latency, {} rounds alternating the systems (medians). \
-             Every proxy has {WORKERS} workers, keeps upstream connections alive, logs off; \
+            "Load: wrk -t{} -c{} -d{}s --latency, {} rounds alternating the systems (medians); \
+             each round restarts and warms up every proxy, so its upstream connections are \
+             spread over the backend's workers afresh. Every proxy has {WORKERS} workers, keeps upstream connections alive, logs off; \
              backend: nginx `return 200` on 127.0.0.1. All processes share the same CPUs; \
              proxy CPU per request = user + system time of the proxy's processes during a \
              run / its requests (median), which other load on the machine disturbs less than \
@@ -174,6 +207,13 @@ impl Report {
                             "worse"
                         }
                     );
+                    if let Some((n, rps, p99, no_worse)) = Self::same_round(ours, p) {
+                        let _ = writeln!(
+                            o,
+                            "same-round ratios vs {peer} ({n} rounds): req/s {rps:.2}, p99 \
+                             {p99:.2}x (medians); our p99 no worse in {no_worse} of {n}  "
+                        );
+                    }
                 }
             }
             let _ = writeln!(o);
@@ -191,7 +231,7 @@ impl Report {
                  failed requests during maintenance toggling: {failed}\n",
                 a = MAINT_BACKENDS[0],
                 b = MAINT_BACKENDS[1],
-                d = l.duration.as_secs(),
+                d = m.duration.as_secs(),
                 t = l.threads,
                 c = l.connections,
                 req = m.wrk.requests,
@@ -234,5 +274,35 @@ impl Report {
             Ok(()) => println!("(saved to {})", dir.join("l7.md").display()),
             Err(e) => println!("(could not save to {}: {e})", dir.display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(rps: f64, p99_ms: f64) -> WrkResult {
+        WrkResult {
+            rps,
+            p99_ms,
+            ..WrkResult::default()
+        }
+    }
+
+    #[test]
+    fn same_round_ratios_pair_only_rounds_both_systems_ran() {
+        let ours = SystemFigures::new(
+            "lb",
+            &[run(100.0, 2.0), run(120.0, 3.0), run(90.0, 4.0)],
+            &[1, 2, 3],
+            &[],
+        );
+        // The peer missed round 1.
+        let peer = SystemFigures::new("haproxy", &[run(100.0, 2.0), run(100.0, 5.0)], &[2, 3], &[]);
+        let (n, rps, p99, no_worse) = Report::same_round(&ours, &peer).expect("common rounds");
+        assert_eq!(n, 2);
+        assert!((rps - (1.2 + 0.9) / 2.0).abs() < 1e-9, "{rps}");
+        assert!((p99 - (1.5 + 0.8) / 2.0).abs() < 1e-9, "{p99}");
+        assert_eq!(no_worse, 1);
     }
 }
