@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+mod ports;
+use ports::free_port;
+
 const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// A backend that accepts and closes connections (enough for a tcp check).
@@ -24,14 +27,6 @@ async fn backend() -> (u16, tokio::task::JoinHandle<()>) {
         }
     });
     (port, task)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Node {

@@ -17,6 +17,9 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+mod ports;
+use ports::free_port;
+
 /// What a fake site's API answers.
 #[derive(Clone, Debug)]
 enum Mode {
@@ -92,18 +95,6 @@ async fn site(mode: Mode, token: Option<&'static str>) -> Site {
         let _ = axum::serve(listener, app).await;
     });
     Site { url, mode, task }
-}
-
-/// A port free for both UDP and TCP on 127.0.0.1 right now.
-async fn free_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).await.is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port");
 }
 
 /// One `[[dns_vservice.record.site]]`.
@@ -244,7 +235,7 @@ async fn s_gs1_s_gs2_s_gs3_standby_only_while_every_active_failed() {
         site(LIVE, None).await,
         site(LIVE, None).await,
     );
-    let port = free_port().await;
+    let port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &a.url, false, ""),
         site_toml("b", "192.0.2.2", &b.url, false, ""),
@@ -301,7 +292,7 @@ async fn s_gs4_statuses_with_reasons_and_transitions() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         format!("http://{}", listener.local_addr().unwrap())
     };
-    let port = free_port().await;
+    let port = free_port();
     let sites = [
         site_toml(
             "ok",
@@ -374,7 +365,7 @@ async fn s_gs4_statuses_with_reasons_and_transitions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_gs_dns_answers_codes_and_malformed_queries() {
     let a = site(LIVE, None).await;
-    let port = free_port().await;
+    let port = free_port();
     let sites = [site_toml(
         "a",
         "192.0.2.1",
@@ -458,7 +449,7 @@ async fn s_gs_dns_answers_codes_and_malformed_queries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_gs_query_flood_is_rate_limited_and_counted() {
     let a = site(LIVE, None).await;
-    let port = free_port().await;
+    let port = free_port();
     let sites = [site_toml("a", "192.0.2.1", &a.url, false, "")];
     let gslb = Gslb::start(config(port, "round-robin", 1, 5, &sites))
         .await
@@ -506,7 +497,7 @@ async fn s_gs_least_loaded_and_weighted_from_polled_metrics() {
         None,
     )
     .await;
-    let port = free_port().await;
+    let port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &a.url, false, "weight = 3"),
         site_toml("b", "192.0.2.2", &b.url, false, "weight = 1"),
@@ -572,7 +563,7 @@ impl Drop for Daemon {
 /// Starts a site daemon with an HTTP vService `web` over one backend on `backend_port`,
 /// checked by TCP every second (RS = RF = 1), decisions reflected at once.
 async fn daemon(tag: &str, backend_port: u16) -> Daemon {
-    let (api_port, vs_port) = (free_port().await, free_port().await);
+    let (api_port, vs_port) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("lb-gslb-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("lb.toml");
@@ -630,12 +621,12 @@ async fn wait_answers(server: SocketAddr, want: &[&str], within: Duration) {
 /// No Connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_s_gs1_s_gs2_s_gs4_real_site_daemons() {
-    let (port_a, port_s) = (free_port().await, free_port().await);
+    let (port_a, port_s) = (free_port(), free_port());
     let mut backend_a = backend(port_a).await;
     let backend_s = backend(port_s).await;
     let mut site_a = daemon("a", port_a).await;
     let site_s = daemon("s", port_s).await;
-    let dns_port = free_port().await;
+    let dns_port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &site_a.api, false, ""),
         site_toml("s", "192.0.2.9", &site_s.api, true, ""),

@@ -21,6 +21,9 @@ use lb::selection::{Health, Published, Selections};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+mod ports;
+use ports::free_port;
+
 /// Longest wait for any single read by a test client.
 const CLIENT_READ: Duration = Duration::from_secs(5);
 /// Longest wait for any single read by a test backend (longer than a test lasts).
@@ -507,12 +510,6 @@ async fn serve_backend_conn(
 struct Env {
     proxy: Proxy,
     addr: SocketAddr,
-}
-
-/// A free port on 127.0.0.1 (bound then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 impl Env {

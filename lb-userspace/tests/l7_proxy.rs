@@ -31,6 +31,9 @@ use lb::selection::{Health, Published, Selections};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+mod ports;
+use ports::free_port;
+
 // ---------------------------------------------------------------------------------------------
 // Backends
 
@@ -238,12 +241,6 @@ fn timeouts() -> Timeouts {
         queue: Duration::from_secs(2),
         keep_alive: Duration::from_secs(30),
     }
-}
-
-/// A free port on 127.0.0.1 (bound then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 fn vservice(name: &str, kind: VServiceKind, backends: &[&str]) -> VService {
