@@ -3,94 +3,83 @@
 //! changes one of them says so, so that an operator does not believe it applied.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use super::Config;
 
 /// One line per setting that differs between `running` (the configuration the daemon
 /// started with) and `new` and takes effect only at the next restart.
 pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut check = |field: &str, was: String, now: String, shown: bool| {
-        if was != now {
-            let change = if shown {
-                format!(" ({was} -> {now})")
-            } else {
-                String::new()
-            };
-            out.push(format!(
-                "{field} changed{change}: it takes effect at the next restart of lb run; \
-                 the running value stays"
-            ));
-        }
-    };
     let (r, n) = (running, new);
     let dbg = |v: &dyn Debug| format!("{v:?}");
     let workers = |w: Option<u16>| w.map_or_else(|| "one per CPU".to_owned(), |w| w.to_string());
-    let slice = |s: Option<std::time::Duration>| {
+    let slice = |s: Option<Duration>| {
         s.map_or_else(|| "the kernel's".to_owned(), |s| s.as_micros().to_string())
     };
-    check(
-        "xdp.pin_dir",
-        dbg(&r.xdp.pin_dir),
-        dbg(&n.xdp.pin_dir),
-        true,
-    );
-    check(
-        "xdp.conn_table_size",
-        dbg(&r.xdp.conn_table_size),
-        dbg(&n.xdp.conn_table_size),
-        true,
-    );
-    check(
-        "xdp.interfaces",
-        dbg(&r.xdp.interfaces),
-        dbg(&n.xdp.interfaces),
-        true,
-    );
-    check(
-        "xdp.attach_mode",
-        dbg(&r.xdp.attach_mode),
-        dbg(&n.xdp.attach_mode),
-        true,
-    );
-    check(
-        "api.listen",
-        r.api.listen.to_string(),
-        n.api.listen.to_string(),
-        true,
-    );
-    // A secret: say that it changed, never what it is.
-    check("api.token", dbg(&r.api.token), dbg(&n.api.token), false);
-    check(
-        "proxy.workers",
-        workers(r.proxy.workers),
-        workers(n.proxy.workers),
-        true,
-    );
-    check(
-        "proxy.sched_slice_us",
-        slice(r.proxy.sched_slice),
-        slice(n.proxy.sched_slice),
-        true,
-    );
     let (rr, nr) = (&r.reflection, &n.reflection);
-    for (field, was, now) in [
+    let fields = [
+        ("xdp.pin_dir", dbg(&r.xdp.pin_dir), dbg(&n.xdp.pin_dir)),
+        (
+            "xdp.conn_table_size",
+            dbg(&r.xdp.conn_table_size),
+            dbg(&n.xdp.conn_table_size),
+        ),
+        (
+            "xdp.interfaces",
+            dbg(&r.xdp.interfaces),
+            dbg(&n.xdp.interfaces),
+        ),
+        (
+            "xdp.attach_mode",
+            dbg(&r.xdp.attach_mode),
+            dbg(&n.xdp.attach_mode),
+        ),
+        (
+            "api.listen",
+            r.api.listen.to_string(),
+            n.api.listen.to_string(),
+        ),
+        (SECRET, dbg(&r.api.token), dbg(&n.api.token)),
+        (
+            "proxy.workers",
+            workers(r.proxy.workers),
+            workers(n.proxy.workers),
+        ),
+        (
+            "proxy.sched_slice_us",
+            slice(r.proxy.sched_slice),
+            slice(n.proxy.sched_slice),
+        ),
         (
             "reflection.network_remove_delay",
-            rr.network_remove_delay,
-            nr.network_remove_delay,
+            dbg(&rr.network_remove_delay),
+            dbg(&nr.network_remove_delay),
         ),
         (
             "reflection.network_add_delay",
-            rr.network_add_delay,
-            nr.network_add_delay,
+            dbg(&rr.network_add_delay),
+            dbg(&nr.network_add_delay),
         ),
-        ("reflection.l7_delay", rr.l7_delay, nr.l7_delay),
-    ] {
-        check(field, dbg(&was), dbg(&now), true);
-    }
-    out
+        ("reflection.l7_delay", dbg(&rr.l7_delay), dbg(&nr.l7_delay)),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, was, now)| was != now)
+        .map(|(field, was, now)| {
+            let change = match field {
+                SECRET => String::new(),
+                _ => format!(" ({was} -> {now})"),
+            };
+            format!(
+                "{field} changed{change}: it takes effect at the next restart of lb run; the \
+                 running value stays"
+            )
+        })
+        .collect()
 }
+
+/// Said to have changed, never shown.
+const SECRET: &str = "api.token";
 
 #[cfg(test)]
 mod tests {
