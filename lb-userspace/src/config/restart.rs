@@ -81,6 +81,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
 /// Said to have changed, never shown.
 const SECRET: &str = "api.token";
 
+/// No SPEC rule covers reloads of start-only settings; these check what a reload reports.
 #[cfg(test)]
 mod tests {
     use super::*;
