@@ -2,7 +2,9 @@
 //! the same backend, on loopback, under the same wrk load (issue 4 item 10, issue 6 item 4).
 //!
 //! Each system runs `rounds` times, alternating systems and rotating which goes first, and
-//! the median of each figure is reported with the ratios ours / theirs. Every round starts
+//! the median of each figure is reported with the ratios ours / theirs, then the ratios
+//! within each round (geometric means, 95% confidence intervals) and a p99 verdict that
+//! calls a difference only when its interval lies on one side of 1. Every round starts
 //! each proxy afresh and warms it up: a proxy's upstream connections land on the backend's
 //! two worker processes by the backend's accept race, and that split (say 61/3 or 37/27),
 //! kept as long as the proxy keeps its connections, moved a proxy's p99 by up to a third

@@ -33,6 +33,85 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// A ratio ours / theirs over paired rounds: the geometric mean and its 95% confidence
+/// interval (Student's t on the logarithms). Rounds on this machine scatter by 15-20%, so a
+/// single figure cannot say whether a few percent is a difference or noise; the interval can.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ratio {
+    mean: f64,
+    low: f64,
+    high: f64,
+}
+
+impl Ratio {
+    /// From the per-round ratios (all above 0); with one round the interval is unbounded.
+    fn of(ratios: impl Iterator<Item = f64>) -> Self {
+        let logs: Vec<f64> = ratios.map(f64::ln).collect();
+        let n = logs.len();
+        let mean = logs.iter().sum::<f64>() / n as f64;
+        if n < 2 {
+            return Self {
+                mean: mean.exp(),
+                low: 0.0,
+                high: f64::INFINITY,
+            };
+        }
+        let var = logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let half = t975(n - 1) * (var / n as f64).sqrt();
+        Self {
+            mean: mean.exp(),
+            low: (mean - half).exp(),
+            high: (mean + half).exp(),
+        }
+    }
+
+    /// Where the interval lies against 1, for a figure where lower is better (p99).
+    fn lower_is_better(&self) -> &'static str {
+        if self.high <= 1.0 {
+            "better"
+        } else if self.low > 1.0 {
+            "worse"
+        } else {
+            "no difference beyond noise"
+        }
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2}x (95% CI {:.2}-{:.2})",
+            self.mean, self.low, self.high
+        )
+    }
+}
+
+/// The 97.5th percentile of Student's t with `df` degrees of freedom (two-sided 95%).
+fn t975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => TABLE[df - 1],
+        // Within 0.002 of the exact value from 31 on.
+        _ => 1.96 + 2.4 / df as f64,
+    }
+}
+
+/// Ours against one peer over the rounds both ran.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Paired {
+    rounds: usize,
+    rps: Ratio,
+    p99: Ratio,
+    /// Rounds in which our p99 was lower or equal.
+    p99_no_worse: usize,
+}
+
 impl SystemFigures {
     /// Medians over `runs` (at least one, made in rounds `rounds`) and over the CPU cost per
     /// request of each run.
@@ -102,9 +181,8 @@ impl Report {
     }
 
     /// Ours / theirs within each round both ran (neighbours in time, so a slow phase of the
-    /// machine weighs on both): medians of the req/s and p99 ratios, and in how many rounds
-    /// our p99 was the lower or equal one. None without a common round.
-    fn same_round(ours: &SystemFigures, peer: &SystemFigures) -> Option<(usize, f64, f64, usize)> {
+    /// machine weighs on both). None without a common round.
+    fn same_round(ours: &SystemFigures, peer: &SystemFigures) -> Option<Paired> {
         let pairs: Vec<(f64, f64)> = ours
             .per_round
             .iter()
@@ -116,13 +194,12 @@ impl Report {
         if pairs.is_empty() {
             return None;
         }
-        let no_worse = pairs.iter().filter(|p| p.1 <= 1.0).count();
-        Some((
-            pairs.len(),
-            median(pairs.iter().map(|p| p.0).collect()),
-            median(pairs.iter().map(|p| p.1).collect()),
-            no_worse,
-        ))
+        Some(Paired {
+            rounds: pairs.len(),
+            rps: Ratio::of(pairs.iter().map(|p| p.0)),
+            p99: Ratio::of(pairs.iter().map(|p| p.1)),
+            p99_no_worse: pairs.iter().filter(|p| p.1 <= 1.0).count(),
+        })
     }
 
     /// The whole report as markdown.
@@ -197,21 +274,22 @@ impl Report {
                     }
                     let _ = writeln!(
                         o,
-                        "p99 vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, {})  ",
+                        "p99 vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, medians)  ",
                         ours.p99_ms,
                         p.p99_ms,
                         ours.p99_ms / p.p99_ms,
-                        if ours.p99_ms <= p.p99_ms {
-                            "no worse"
-                        } else {
-                            "worse"
-                        }
                     );
-                    if let Some((n, rps, p99, no_worse)) = Self::same_round(ours, p) {
+                    if let Some(r) = Self::same_round(ours, p) {
                         let _ = writeln!(
                             o,
-                            "same-round ratios vs {peer} ({n} rounds): req/s {rps:.2}, p99 \
-                             {p99:.2}x (medians); our p99 no worse in {no_worse} of {n}  "
+                            "same-round ratios vs {peer} ({n} rounds, geometric means): req/s \
+                             {rps}, p99 {p99}; our p99 no worse in {k} of {n}  \n\
+                             p99 verdict vs {peer}: {verdict}  ",
+                            n = r.rounds,
+                            rps = r.rps,
+                            p99 = r.p99,
+                            k = r.p99_no_worse,
+                            verdict = r.p99.lower_is_better(),
                         );
                     }
                 }
@@ -300,10 +378,53 @@ mod tests {
         );
         // The peer missed round 1.
         let peer = SystemFigures::new("haproxy", &[run(100.0, 2.0), run(100.0, 5.0)], &[2, 3], &[]);
-        let (n, rps, p99, no_worse) = Report::same_round(&ours, &peer).expect("common rounds");
-        assert_eq!(n, 2);
-        assert!((rps - (1.2 + 0.9) / 2.0).abs() < 1e-9, "{rps}");
-        assert!((p99 - (1.5 + 0.8) / 2.0).abs() < 1e-9, "{p99}");
-        assert_eq!(no_worse, 1);
+        let r = Report::same_round(&ours, &peer).expect("common rounds");
+        assert_eq!(r.rounds, 2);
+        assert!(
+            (r.rps.mean - (1.2f64 * 0.9).sqrt()).abs() < 1e-9,
+            "{:?}",
+            r.rps
+        );
+        assert!(
+            (r.p99.mean - (1.5f64 * 0.8).sqrt()).abs() < 1e-9,
+            "{:?}",
+            r.p99
+        );
+        assert_eq!(r.p99_no_worse, 1);
+    }
+
+    #[test]
+    fn the_interval_matches_a_hand_computed_t_interval() {
+        // Logs -0.1, 0.0, 0.1: mean 0, sd 0.1, n 3, t(2) = 4.303.
+        let r = Ratio::of([(-0.1f64).exp(), 1.0, 0.1f64.exp()].into_iter());
+        let half = 4.303 * 0.1 / 3f64.sqrt();
+        assert!((r.mean - 1.0).abs() < 1e-12, "{r:?}");
+        assert!((r.low - (-half).exp()).abs() < 1e-9, "{r:?}");
+        assert!((r.high - half.exp()).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.lower_is_better(), "no difference beyond noise");
+    }
+
+    #[test]
+    fn the_verdict_needs_the_whole_interval_on_one_side_of_1() {
+        let better = Ratio::of([0.90, 0.92, 0.88, 0.91, 0.89].into_iter());
+        assert_eq!(better.lower_is_better(), "better");
+        let worse = Ratio::of([1.10, 1.12, 1.08, 1.11, 1.09].into_iter());
+        assert_eq!(worse.lower_is_better(), "worse");
+        // Mostly below 1, but scattered as this machine's rounds are: not a finding.
+        let noisy = Ratio::of([0.80, 1.15, 0.90, 1.05, 0.85].into_iter());
+        assert!(noisy.mean < 1.0, "{noisy:?}");
+        assert_eq!(noisy.lower_is_better(), "no difference beyond noise");
+        // One round says nothing.
+        let one = Ratio::of([0.5].into_iter());
+        assert_eq!(one.lower_is_better(), "no difference beyond noise");
+    }
+
+    #[test]
+    fn t_quantiles_follow_the_table_and_its_tail() {
+        assert!((t975(1) - 12.706).abs() < 1e-9);
+        assert!((t975(30) - 2.042).abs() < 1e-9);
+        // Exact: df 40 -> 2.021, df 120 -> 1.980.
+        assert!((t975(40) - 2.021).abs() < 0.002);
+        assert!((t975(120) - 1.980).abs() < 0.002);
     }
 }
