@@ -9,15 +9,25 @@
 //! two worker processes by the backend's accept race, and that split (say 61/3 or 37/27),
 //! kept as long as the proxy keeps its connections, moved a proxy's p99 by up to a third
 //! between otherwise identical runs. Fresh connections (and fresh thread placement) each
-//! round make the medians average over that draw instead of resting on one. Then a Maintenance
-//! run counts the requests that fail while Maintenance moves between two Backend Services
-//! every second (must be 0). A peer that cannot run (a package missing, a process that does
-//! not start) is listed as not measured and the rest still runs; no figure is printed that
-//! was not measured. The markdown table is also written to `target/bench/l7.md`.
+//! round make the medians average over that draw instead of resting on one.
+//!
+//! Each round measures every proxy twice: saturated (wrk's connections back to back, which
+//! gives the request rate a proxy can carry) and then below saturation (each connection
+//! pausing a few milliseconds after every response). Saturated, every request waits in the
+//! queue in front of whichever process on the shared CPUs is slowest, so the latency says
+//! more about that queue than about the proxy; below saturation the proxies' latencies are
+//! compared at about the same request rate, which is how an operator meets them.
+//!
+//! Then a Maintenance run counts the requests that fail while Maintenance moves between two
+//! Backend Services every second (must be 0). A peer that cannot run (a package missing, a
+//! process that does not start) is listed as not measured and the rest still runs; no figure
+//! is printed that was not measured. The markdown report is also written to
+//! `target/bench/l7.md`.
 //!
 //! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9),
 //! `LB_BENCH_DURATION` seconds per run (6), `LB_BENCH_CONNECTIONS` (64),
-//! `LB_BENCH_THREADS` wrk threads (2).
+//! `LB_BENCH_THREADS` wrk threads (2), `LB_BENCH_THINK_MS` the pause below saturation (1;
+//! 0 skips those runs).
 
 mod maint;
 mod peers;
@@ -48,12 +58,65 @@ struct System {
     port: u16,
     /// The running process; None between a stop and the next start.
     guard: Option<Guard>,
+    /// Runs with wrk's connections back to back (the proxy saturated).
+    full: Runs,
+    /// Runs with a pause per connection (below saturation).
+    paced: Runs,
+    broken: Option<String>,
+}
+
+/// One kind of run of one system, round after round.
+#[derive(Default)]
+struct Runs {
     runs: Vec<WrkResult>,
     /// The round of each run.
     rounds: Vec<u64>,
     /// CPU microseconds the proxy spent per request, per run (when /proc could tell).
     cpu_us: Vec<f64>,
-    broken: Option<String>,
+}
+
+impl Runs {
+    fn push(&mut self, (r, cpu): (WrkResult, Option<f64>), round: u64) {
+        self.runs.push(r);
+        self.rounds.push(round);
+        self.cpu_us.extend(cpu);
+    }
+
+    fn figures(&self, name: &'static str) -> SystemFigures {
+        SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us)
+    }
+}
+
+/// One recorded wrk run against `s` (already started and warmed up), printed as it ends:
+/// what wrk measured and the proxy's CPU time per request.
+fn measure(
+    s: &mut System,
+    load: Load,
+    pacing: Option<&wrk::Pacing>,
+    label: &str,
+) -> Result<(WrkResult, Option<f64>)> {
+    let guard = s
+        .guard
+        .as_mut()
+        .with_context(|| format!("{} is not running", s.name))?;
+    let cpu_before = guard.cpu_time();
+    let r = wrk::run(load, local(s.port), pacing)?;
+    let cpu = cpu_before
+        .zip(guard.cpu_time())
+        .filter(|_| r.requests > 0)
+        .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
+    println!(
+        "{label} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  failed {}  \
+         proxy cpu {} us/request{}",
+        s.name,
+        r.rps,
+        r.p50_ms,
+        r.p99_ms,
+        r.failed(),
+        cpu.map_or("?".into(), |c| format!("{c:.1}")),
+        pacing.map_or(String::new(), |p| format!("  (think {} ms)", p.think_ms)),
+    );
+    Ok((r, cpu))
 }
 
 fn env_num(name: &str, default: u64) -> Result<u64> {
@@ -63,6 +126,14 @@ fn env_num(name: &str, default: u64) -> Result<u64> {
             _ => bail!("{name}={v:?}: expected a positive integer"),
         },
         Err(_) => Ok(default),
+    }
+}
+
+/// Like [`env_num`], but 0 turns the feature off (None).
+fn env_num_or_off(name: &str, default: u64) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) if v.trim() == "0" => Ok(None),
+        _ => env_num(name, default).map(Some),
     }
 }
 
@@ -97,7 +168,8 @@ fn main() -> Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/release/lb"));
     let tools = setup::ensure();
-    let mut report = Report::new(load, rounds);
+    let think_ms = env_num_or_off("LB_BENCH_THINK_MS", 1)?;
+    let mut report = Report::new(load, rounds, think_ms);
     for (pkg, why) in &tools.missing {
         report.not_measured(format!("{pkg}: {why}"));
     }
@@ -121,6 +193,9 @@ fn main() -> Result<()> {
     ));
     let scratch = Scratch::new()?;
     let ports = Ports::pick()?;
+    let pacing = think_ms
+        .map(|ms| wrk::Pacing::write(&scratch.path, ms))
+        .transpose()?;
     let _backend = peers::start_backend(&scratch, &ports)?;
     let mut systems = start_systems(&lb_bin, &scratch, &ports, &tools, &mut report);
     let n = systems.len();
@@ -134,30 +209,20 @@ fn main() -> Result<()> {
                 s.broken = Some(format!("{e:#}"));
                 continue;
             }
-            let Some(guard) = s.guard.as_mut() else {
-                continue;
-            };
-            let cpu_before = guard.cpu_time();
-            match wrk::run(load, local(s.port)) {
-                Ok(r) => {
-                    let cpu = cpu_before
-                        .zip(guard.cpu_time())
-                        .filter(|_| r.requests > 0)
-                        .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
-                    println!(
-                        "round {}/{rounds} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  \
-                         failed {}  proxy cpu {} us/request",
-                        round + 1,
-                        s.name,
-                        r.rps,
-                        r.p50_ms,
-                        r.p99_ms,
-                        r.failed(),
-                        cpu.map_or("?".into(), |c| format!("{c:.1}")),
-                    );
-                    s.runs.push(r);
-                    s.rounds.push(round + 1);
-                    s.cpu_us.extend(cpu);
+            let label = format!("round {}/{rounds}", round + 1);
+            let measured = measure(s, load, None, &label).and_then(|full| {
+                let paced = match &pacing {
+                    Some(p) => Some(measure(s, load, Some(p), &label)?),
+                    None => None,
+                };
+                Ok((full, paced))
+            });
+            match measured {
+                Ok((full, paced)) => {
+                    s.full.push(full, round + 1);
+                    if let Some(paced) = paced {
+                        s.paced.push(paced, round + 1);
+                    }
                 }
                 Err(e) => s.broken = Some(format!("{e:#}")),
             }
@@ -172,8 +237,11 @@ fn main() -> Result<()> {
         if let Some(why) = &s.broken {
             report.not_measured(format!("{}: {why}", s.name));
         }
-        if !s.runs.is_empty() {
-            report.system(SystemFigures::new(s.name, &s.runs, &s.rounds, &s.cpu_us));
+        if !s.full.runs.is_empty() {
+            report.system(s.full.figures(s.name));
+        }
+        if !s.paced.runs.is_empty() {
+            report.paced(s.paced.figures(s.name));
         }
     }
     match systems
@@ -227,7 +295,7 @@ fn fresh_start(
         duration: WARM_UP,
         ..load
     };
-    wrk::run(warm, local(s.port)).context("warm-up failed")?;
+    wrk::run(warm, local(s.port), None).context("warm-up failed")?;
     if let Some(g) = s.guard.as_mut() {
         g.check_alive()?;
     }
@@ -263,9 +331,8 @@ fn start_systems(
                 name,
                 port,
                 guard: Some(guard),
-                runs: Vec::new(),
-                rounds: Vec::new(),
-                cpu_us: Vec::new(),
+                full: Runs::default(),
+                paced: Runs::default(),
                 broken: None,
             }),
             Err(e) => report.not_measured(format!("{name}: could not start: {e:#}")),

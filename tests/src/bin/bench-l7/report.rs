@@ -137,20 +137,27 @@ impl SystemFigures {
 pub struct Report {
     load: Load,
     rounds: u64,
+    /// The pause per connection of the runs below saturation (None: not run).
+    think_ms: Option<u64>,
     header: Vec<String>,
+    /// Runs with the proxies saturated.
     systems: Vec<SystemFigures>,
+    /// Runs below saturation.
+    paced: Vec<SystemFigures>,
     maintenance: Option<MaintReport>,
     not_measured: Vec<String>,
 }
 
 impl Report {
     /// An empty report for this load.
-    pub fn new(load: Load, rounds: u64) -> Self {
+    pub fn new(load: Load, rounds: u64, think_ms: Option<u64>) -> Self {
         Self {
             load,
             rounds,
+            think_ms,
             header: Vec::new(),
             systems: Vec::new(),
+            paced: Vec::new(),
             maintenance: None,
             not_measured: Vec::new(),
         }
@@ -161,9 +168,14 @@ impl Report {
         self.header.push(line);
     }
 
-    /// One system's medians.
+    /// One system's medians with wrk's connections back to back.
     pub fn system(&mut self, f: SystemFigures) {
         self.systems.push(f);
+    }
+
+    /// One system's medians with a pause per connection.
+    pub fn paced(&mut self, f: SystemFigures) {
+        self.paced.push(f);
     }
 
     /// The Maintenance run's result.
@@ -174,10 +186,6 @@ impl Report {
     /// Something that could not be measured, and why.
     pub fn not_measured(&mut self, what: String) {
         self.not_measured.push(what);
-    }
-
-    fn find(&self, name: &str) -> Option<&SystemFigures> {
-        self.systems.iter().find(|s| s.name == name)
     }
 
     /// Ours / theirs within each round both ran (neighbours in time, so a slow phase of the
@@ -238,63 +246,24 @@ impl Report {
             l.duration.as_secs(),
             self.rounds
         );
-        if !self.systems.is_empty() {
+        if !self.paced.is_empty() {
+            let _ = writeln!(o, "### Saturated: connections back to back\n");
+        }
+        table(&mut o, &self.systems);
+        comparisons(&mut o, &self.systems, "");
+        if let Some(think) = self.think_ms.filter(|_| !self.paced.is_empty()) {
             let _ = writeln!(
                 o,
-                "| system | req/s (median) | p50 latency | p99 latency | proxy CPU per request | \
-                 req/s per round | failed requests |\n|---|---:|---:|---:|---:|---|---:|"
+                "### Below saturation\n\nThe same load, except that each connection pauses \
+                 {think} ms after every response (a wrk `delay` script), run on the same \
+                 process right after the run above. Back to back, every proxy is saturated and \
+                 its latency is mostly the queue in front of the slowest process on the \
+                 machine; with the pause, the request rate stays below what the machine can \
+                 carry, so latency compares the proxies at about the same rate (a faster proxy \
+                 gets a little more of it).\n"
             );
-            for s in &self.systems {
-                let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
-                let _ = writeln!(
-                    o,
-                    "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} |",
-                    s.name,
-                    s.rps,
-                    s.p50_ms,
-                    s.p99_ms,
-                    s.cpu_us
-                        .map_or("not measured".into(), |c| format!("{c:.1} us")),
-                    each.join(" / "),
-                    s.failed
-                );
-            }
-            let _ = writeln!(o);
-        }
-        if let Some(ours) = self.find("lb") {
-            for peer in ["haproxy", "nginx"] {
-                if let Some(p) = self.find(peer) {
-                    let _ = writeln!(o, "ratio vs {peer}: {:.2}  ", ours.rps / p.rps);
-                    if let (Some(a), Some(b)) = (ours.cpu_us, p.cpu_us) {
-                        let _ = writeln!(
-                            o,
-                            "CPU per request vs {peer}: {a:.1} us vs {b:.1} us ({:.2}x)  ",
-                            a / b
-                        );
-                    }
-                    let _ = writeln!(
-                        o,
-                        "p99 vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, medians)  ",
-                        ours.p99_ms,
-                        p.p99_ms,
-                        ours.p99_ms / p.p99_ms,
-                    );
-                    if let Some(r) = Self::same_round(ours, p) {
-                        let _ = writeln!(
-                            o,
-                            "same-round ratios vs {peer} ({n} rounds, geometric means): req/s \
-                             {rps}, p99 {p99}; our p99 no worse in {k} of {n}  \n\
-                             p99 verdict vs {peer}: {verdict}  ",
-                            n = r.rounds,
-                            rps = r.rps,
-                            p99 = r.p99,
-                            k = r.p99_no_worse,
-                            verdict = r.p99.lower_is_better(),
-                        );
-                    }
-                }
-            }
-            let _ = writeln!(o);
+            table(&mut o, &self.paced);
+            comparisons(&mut o, &self.paced, " below saturation");
         }
         if let Some(m) = &self.maintenance {
             let _ = writeln!(
@@ -353,6 +322,78 @@ impl Report {
             Err(e) => println!("(could not save to {}: {e})", dir.display()),
         }
     }
+}
+
+/// One row per system: medians of its runs.
+fn table(o: &mut String, systems: &[SystemFigures]) {
+    if systems.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "| system | req/s (median) | p50 latency | p99 latency | proxy CPU per request | \
+         req/s per round | failed requests |\n|---|---:|---:|---:|---:|---|---:|"
+    );
+    for s in systems {
+        let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
+        let _ = writeln!(
+            o,
+            "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} |",
+            s.name,
+            s.rps,
+            s.p50_ms,
+            s.p99_ms,
+            s.cpu_us
+                .map_or("not measured".into(), |c| format!("{c:.1} us")),
+            each.join(" / "),
+            s.failed
+        );
+    }
+    let _ = writeln!(o);
+}
+
+/// Ours against each peer: ratios of the medians, then within each round with the p99
+/// verdict. `kind` names the runs (empty for the saturated ones, whose lines keep the
+/// plain `ratio vs <peer>` form).
+fn comparisons(o: &mut String, systems: &[SystemFigures], kind: &str) {
+    let find = |name: &str| systems.iter().find(|s| s.name == name);
+    let Some(ours) = find("lb") else {
+        return;
+    };
+    for peer in ["haproxy", "nginx"] {
+        let Some(p) = find(peer) else {
+            continue;
+        };
+        let _ = writeln!(o, "ratio{kind} vs {peer}: {:.2}  ", ours.rps / p.rps);
+        if let (Some(a), Some(b)) = (ours.cpu_us, p.cpu_us) {
+            let _ = writeln!(
+                o,
+                "CPU per request{kind} vs {peer}: {a:.1} us vs {b:.1} us ({:.2}x)  ",
+                a / b
+            );
+        }
+        let _ = writeln!(
+            o,
+            "p99{kind} vs {peer}: {:.3} ms vs {:.3} ms ({:.2}x, medians)  ",
+            ours.p99_ms,
+            p.p99_ms,
+            ours.p99_ms / p.p99_ms,
+        );
+        if let Some(r) = Report::same_round(ours, p) {
+            let _ = writeln!(
+                o,
+                "same-round ratios{kind} vs {peer} ({n} rounds, geometric means): req/s \
+                 {rps}, p99 {p99}; our p99 no worse in {k} of {n}  \n\
+                 p99 verdict{kind} vs {peer}: {verdict}  ",
+                n = r.rounds,
+                rps = r.rps,
+                p99 = r.p99,
+                k = r.p99_no_worse,
+                verdict = r.p99.lower_is_better(),
+            );
+        }
+    }
+    let _ = writeln!(o);
 }
 
 /// No SPEC rule covers the bench's statistics (issue 4 item 10).
@@ -417,6 +458,51 @@ mod tests {
         // One round says nothing.
         let one = Ratio::of([0.5]);
         assert_eq!(one.lower_is_better(), "no difference beyond noise");
+    }
+
+    #[test]
+    fn paced_runs_get_their_own_section_and_the_saturated_lines_keep_their_form() {
+        let load = Load {
+            threads: 2,
+            connections: 64,
+            duration: std::time::Duration::from_secs(6),
+        };
+        let mut report = Report::new(load, 2, Some(1));
+        let figures = |name, rps: [f64; 2], p99: [f64; 2]| {
+            SystemFigures::new(
+                name,
+                &[run(rps[0], p99[0]), run(rps[1], p99[1])],
+                &[1, 2],
+                &[],
+            )
+        };
+        report.system(figures("lb", [110.0, 110.0], [4.0, 4.0]));
+        report.system(figures("haproxy", [100.0, 100.0], [4.0, 4.0]));
+        report.paced(figures("lb", [90.0, 90.0], [2.0, 2.2]));
+        report.paced(figures("haproxy", [80.0, 80.0], [2.5, 2.75]));
+        let text = report.render();
+        assert!(text.contains("ratio vs haproxy: 1.10"), "{text}");
+        assert!(
+            text.contains("ratio below saturation vs haproxy: 1.12"),
+            "{text}"
+        );
+        assert!(
+            text.contains("p99 below saturation vs haproxy: 2.100 ms vs 2.625 ms (0.80x"),
+            "{text}"
+        );
+        // Both rounds at exactly 0.8: an interval of zero width, below 1.
+        assert!(
+            text.contains("p99 verdict below saturation vs haproxy: better"),
+            "{text}"
+        );
+        assert!(
+            text.find("### Saturated") < text.find("### Below saturation"),
+            "{text}"
+        );
+        // No paced runs: no section.
+        let mut plain = Report::new(load, 2, None);
+        plain.system(figures("lb", [110.0, 110.0], [4.0, 4.0]));
+        assert!(!plain.render().contains("Below saturation"));
     }
 
     #[test]

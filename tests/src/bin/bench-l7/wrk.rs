@@ -1,7 +1,7 @@
 //! Running wrk and reading its report (`--latency` percentiles, request rate, errors).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -44,19 +44,48 @@ impl WrkResult {
     }
 }
 
-fn command(load: Load, addr: SocketAddr) -> Command {
+/// A wrk script that makes every connection wait `think` after each response before it sends
+/// its next request. wrk keeps its connections busy back to back, so every proxy runs
+/// saturated and its latency is mostly the queue in front of the slowest stage; with a pause
+/// per connection the load stays below what the machine can carry, and latency compares the
+/// proxies at (about) the same request rate.
+#[derive(Clone, Debug)]
+pub struct Pacing {
+    /// The pause, whole milliseconds (wrk's timer resolution).
+    pub think_ms: u64,
+    /// Where the script is written.
+    pub script: PathBuf,
+}
+
+impl Pacing {
+    /// Writes the script for `think_ms` (at least 1) into `dir`.
+    pub fn write(dir: &Path, think_ms: u64) -> Result<Self> {
+        let script = dir.join(format!("think-{think_ms}ms.lua"));
+        let text = format!(
+            "-- Each connection pauses {think_ms} ms after every response (bench-l7).\n\
+             delay = function() return {think_ms} end\n"
+        );
+        std::fs::write(&script, text).with_context(|| format!("writing {}", script.display()))?;
+        Ok(Self { think_ms, script })
+    }
+}
+
+fn command(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Command {
     let mut cmd = Command::new("/usr/bin/wrk");
     cmd.arg(format!("-t{}", load.threads))
         .arg(format!("-c{}", load.connections))
         .arg(format!("-d{}s", load.duration.as_secs().max(1)))
-        .arg("--latency")
-        .arg(format!("http://{addr}/"));
+        .arg("--latency");
+    if let Some(p) = pacing {
+        cmd.arg("-s").arg(&p.script);
+    }
+    cmd.arg(format!("http://{addr}/"));
     cmd
 }
 
-/// Runs wrk to completion against `addr`.
-pub fn run(load: Load, addr: SocketAddr) -> Result<WrkResult> {
-    let out = command(load, addr)
+/// Runs wrk to completion against `addr`, paced when `pacing` is given.
+pub fn run(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Result<WrkResult> {
+    let out = command(load, addr, pacing)
         .output()
         .context("starting /usr/bin/wrk")?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -73,7 +102,7 @@ pub fn run(load: Load, addr: SocketAddr) -> Result<WrkResult> {
 
 /// Starts wrk in the background with its report going to `log` (read it with [`finish`]).
 pub fn start(load: Load, addr: SocketAddr, log: &Path) -> Result<Guard> {
-    Guard::spawn("wrk", &mut command(load, addr), log)
+    Guard::spawn("wrk", &mut command(load, addr, None), log)
 }
 
 /// Waits (bounded) for a wrk started with [`start`] and reads its report.
@@ -168,6 +197,41 @@ Transfer/sec:     12.00MB
         assert_eq!(r.socket_errors, 6);
         assert_eq!(r.non_2xx, 7);
         assert_eq!(r.failed(), 13);
+    }
+
+    #[test]
+    fn the_pacing_script_pauses_each_connection_for_the_think_time() {
+        let dir = std::env::temp_dir().join(format!("bench-l7-pacing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = Pacing::write(&dir, 3).unwrap();
+        let text = std::fs::read_to_string(&p.script).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(text.contains("delay = function() return 3 end"), "{text}");
+        let cmd = command(
+            Load {
+                threads: 2,
+                connections: 64,
+                duration: Duration::from_secs(6),
+            },
+            "127.0.0.1:8080".parse().unwrap(),
+            Some(&p),
+        );
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "-t2",
+                "-c64",
+                "-d6s",
+                "--latency",
+                "-s",
+                &p.script.display().to_string(),
+                "http://127.0.0.1:8080/"
+            ]
+        );
     }
 
     #[test]
