@@ -123,6 +123,28 @@ fn config(
     Arc::new(lb::config::parse(&text, "gslb.toml").unwrap())
 }
 
+/// Starts a GSLB with [`config`] on a port picked free, and returns it with that port. A
+/// parallel test can still take the port between the pick and the bind (once in CI), so a
+/// bind that finds the address in use picks another port, a few times.
+async fn start(policy: &str, answers: u32, rate: u32, sites: &[String]) -> (Gslb, u16) {
+    let mut attempt = 0;
+    loop {
+        let port = free_port();
+        match Gslb::start(config(port, policy, answers, rate, sites)).await {
+            Ok(gslb) => return (gslb, port),
+            Err(e) if attempt < 5 && addr_in_use(&e) => attempt += 1,
+            Err(e) => panic!("starting the GSLB on port {port}: {e:#}"),
+        }
+    }
+}
+
+fn addr_in_use(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    })
+}
+
 fn query_bytes(name: &str, qtype: RecordType) -> Vec<u8> {
     let mut message = Message::query();
     message.metadata.id = rand_id();
@@ -235,15 +257,12 @@ async fn s_gs1_s_gs2_s_gs3_standby_only_while_every_active_failed() {
         site(LIVE, None).await,
         site(LIVE, None).await,
     );
-    let port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &a.url, false, ""),
         site_toml("b", "192.0.2.2", &b.url, false, ""),
         site_toml("s", "192.0.2.9", &s.url, true, ""),
     ];
-    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
-        .await
-        .unwrap();
+    let (gslb, port) = start("round-robin", 1, 0, &sites).await;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
     // The first poll is done before serving: statuses are already OK.
     assert_eq!(status_of(&gslb, "a").state, SiteState::Ok);
@@ -292,7 +311,6 @@ async fn s_gs4_statuses_with_reasons_and_transitions() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         format!("http://{}", listener.local_addr().unwrap())
     };
-    let port = free_port();
     let sites = [
         site_toml(
             "ok",
@@ -313,9 +331,7 @@ async fn s_gs4_statuses_with_reasons_and_transitions() {
         site_toml("error", "192.0.2.5", &error.url, false, ""),
         site_toml("closed", "192.0.2.6", &closed, true, ""),
     ];
-    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
-        .await
-        .unwrap();
+    let (gslb, _) = start("round-robin", 1, 0, &sites).await;
     let check = |name: &str, state: SiteState, reason: &str| {
         let status = status_of(&gslb, name);
         assert_eq!(status.state, state, "{status:?}");
@@ -365,7 +381,6 @@ async fn s_gs4_statuses_with_reasons_and_transitions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_gs_dns_answers_codes_and_malformed_queries() {
     let a = site(LIVE, None).await;
-    let port = free_port();
     let sites = [site_toml(
         "a",
         "192.0.2.1",
@@ -373,9 +388,7 @@ async fn s_gs_dns_answers_codes_and_malformed_queries() {
         false,
         "address6 = \"2001:db8::1\"",
     )];
-    let gslb = Gslb::start(config(port, "round-robin", 1, 0, &sites))
-        .await
-        .unwrap();
+    let (gslb, port) = start("round-robin", 1, 0, &sites).await;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
 
     let answer = ask(server, "WWW.gslb.test.", RecordType::A).await;
@@ -449,11 +462,8 @@ async fn s_gs_dns_answers_codes_and_malformed_queries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_gs_query_flood_is_rate_limited_and_counted() {
     let a = site(LIVE, None).await;
-    let port = free_port();
     let sites = [site_toml("a", "192.0.2.1", &a.url, false, "")];
-    let gslb = Gslb::start(config(port, "round-robin", 1, 5, &sites))
-        .await
-        .unwrap();
+    let (gslb, port) = start("round-robin", 1, 5, &sites).await;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let bytes = query_bytes("www.gslb.test.", RecordType::A);
@@ -497,14 +507,11 @@ async fn s_gs_least_loaded_and_weighted_from_polled_metrics() {
         None,
     )
     .await;
-    let port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &a.url, false, "weight = 3"),
         site_toml("b", "192.0.2.2", &b.url, false, "weight = 1"),
     ];
-    let gslb = Gslb::start(config(port, "least-loaded", 1, 0, &sites))
-        .await
-        .unwrap();
+    let (gslb, port) = start("least-loaded", 1, 0, &sites).await;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(seen(server, 5).await, set(&["192.0.2.2"]));
     b.set(Mode::Live {
@@ -626,14 +633,11 @@ async fn e2e_s_gs1_s_gs2_s_gs4_real_site_daemons() {
     let backend_s = backend(port_s).await;
     let mut site_a = daemon("a", port_a).await;
     let site_s = daemon("s", port_s).await;
-    let dns_port = free_port();
     let sites = [
         site_toml("a", "192.0.2.1", &site_a.api, false, ""),
         site_toml("s", "192.0.2.9", &site_s.api, true, ""),
     ];
-    let gslb = Gslb::start(config(dns_port, "round-robin", 2, 0, &sites))
-        .await
-        .unwrap();
+    let (gslb, dns_port) = start("round-robin", 2, 0, &sites).await;
     let server = SocketAddr::from(([127, 0, 0, 1], dns_port));
     wait_state(&gslb, "a", SiteState::Ok, Duration::from_secs(10)).await;
     wait_state(&gslb, "s", SiteState::Ok, Duration::from_secs(10)).await;
