@@ -211,11 +211,8 @@ fn main() -> Result<()> {
             }
             let label = format!("round {}/{rounds}", round + 1);
             let measured = measure(s, load, None, &label).and_then(|full| {
-                let paced = match &pacing {
-                    Some(p) => Some(measure(s, load, Some(p), &label)?),
-                    None => None,
-                };
-                Ok((full, paced))
+                let paced = pacing.as_ref().map(|p| measure(s, load, Some(p), &label));
+                Ok((full, paced.transpose()?))
             });
             match measured {
                 Ok((full, paced)) => {

@@ -44,12 +44,9 @@ impl WrkResult {
     }
 }
 
-/// A wrk script that makes every connection wait `think` after each response before it sends
-/// its next request. wrk keeps its connections busy back to back, so every proxy runs
-/// saturated and its latency is mostly the queue in front of the slowest stage; with a pause
-/// per connection the load stays below what the machine can carry, and latency compares the
-/// proxies at (about) the same request rate.
-#[derive(Clone, Debug)]
+/// A wrk script that makes every connection pause after each response, for the runs below
+/// saturation (why: see the crate's doc).
+#[derive(Debug)]
 pub struct Pacing {
     /// The pause, whole milliseconds (wrk's timer resolution).
     pub think_ms: u64,
