@@ -1,6 +1,9 @@
-//! The load balancer's library: configuration, health, selection and the XDP map writer.
+//! The load balancer's library: configuration, the health engine, selection, the XDP data
+//! path's maps, the L7 proxy, DNS vServices and the control plane.
 //!
-//! Data flows one way: `config` -> `health` -> `selection` -> `network` (XDP maps).
+//! Imports run one way: `config` -> `health` -> `selection` -> {`network`, `proxy`, `gslb`}
+//! -> `daemon` (the running parts behind one handle) -> `api`; `run` wires the daemon and
+//! its API together for `lb run`.
 
 pub mod api;
 pub mod config;
@@ -9,4 +12,5 @@ pub mod gslb;
 pub mod health;
 pub mod network;
 pub mod proxy;
+pub mod run;
 pub mod selection;

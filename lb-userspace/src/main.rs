@@ -212,10 +212,10 @@ fn daemon(t: &Target) -> Result<()> {
     let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());
     if !has_network && t.ifaces.is_empty() && cfg.xdp.interfaces.is_empty() {
         info!("no Network vService and no interface: running without XDP");
-        return lb::daemon::run(None, cfg, t.config.clone());
+        return lb::run::daemon(None, cfg, t.config.clone());
     }
     let (dp, cfg) = load(t)?;
-    lb::daemon::run(Some(dp), cfg, t.config.clone())
+    lb::run::daemon(Some(dp), cfg, t.config.clone())
 }
 
 fn status(pin_dir: &Path, json: bool) -> Result<()> {
