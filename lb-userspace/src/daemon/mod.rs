@@ -15,9 +15,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-pub use report::{
-    HealthReport, ReportService, ReportTransition, as_health, health_name, read_report, report_path,
-};
+pub use report::{HealthReport, ReportService, ReportTransition, read_report, report_path};
 
 use crate::config::{self, Config};
 use crate::gslb::Gslb;

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::health::{HealthEngine, HealthState, View};
+use crate::health::{HealthEngine, View};
 use crate::selection::{Health, server_state};
 
 /// One health transition as reported.
@@ -70,22 +70,6 @@ pub fn read_report(pin_dir: &Path) -> Option<HealthReport> {
     serde_json::from_slice(&bytes).ok()
 }
 
-pub fn health_name(h: Health) -> &'static str {
-    match h {
-        Health::Preparing => "Preparing",
-        Health::Ok => "OK",
-        Health::Error => "Error",
-    }
-}
-
-pub fn as_health(s: HealthState) -> Health {
-    match s {
-        HealthState::Preparing => Health::Preparing,
-        HealthState::Ok => Health::Ok,
-        HealthState::Error => Health::Error,
-    }
-}
-
 pub(crate) fn build_report(
     cfg: &Config,
     engine: &HealthEngine,
@@ -99,7 +83,7 @@ pub(crate) fn build_report(
         let Some(h) = snap.services.get(&svc.name) else {
             continue;
         };
-        per_server.push((svc.address, as_health(h.state)));
+        per_server.push((svc.address, h.state));
         let transitions = engine
             .transitions(&svc.name)
             .into_iter()
@@ -116,8 +100,8 @@ pub(crate) fn build_report(
             ReportService {
                 state: h.state.to_string(),
                 checked: h.checked,
-                network: health_name(net.get(&svc.name)).into(),
-                l7: health_name(l7.get(&svc.name)).into(),
+                network: net.get(&svc.name).to_string(),
+                l7: l7.get(&svc.name).to_string(),
                 transitions,
             },
         );

@@ -16,7 +16,6 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 use super::engine::{HealthEngine, HealthSnapshot};
 use super::state::HealthState;
-use crate::selection::Health;
 
 /// How often decisions are taken over: failures and recoveries separately.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,33 +29,25 @@ pub struct Cadence {
 /// Per-service health as one kind of traffic sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
-    states: HashMap<String, Health>,
-}
-
-fn decided(state: HealthState) -> Health {
-    match state {
-        HealthState::Preparing => Health::Preparing,
-        HealthState::Ok => Health::Ok,
-        HealthState::Error => Health::Error,
-    }
+    states: HashMap<String, HealthState>,
 }
 
 impl View {
     /// A view that starts from known states (e.g. what the XDP maps held before a restart).
-    pub fn from_states(states: HashMap<String, Health>) -> View {
+    pub fn from_states(states: HashMap<String, HealthState>) -> View {
         View { states }
     }
 
     /// The state traffic sees; a service the view does not know is Preparing.
-    pub fn get(&self, service: &str) -> Health {
+    pub fn get(&self, service: &str) -> HealthState {
         self.states
             .get(service)
             .copied()
-            .unwrap_or(Health::Preparing)
+            .unwrap_or(HealthState::Preparing)
     }
 
     /// Every service and its state.
-    pub fn states(&self) -> &HashMap<String, Health> {
+    pub fn states(&self) -> &HashMap<String, HealthState> {
         &self.states
     }
 
@@ -71,11 +62,11 @@ impl View {
         for (name, h) in &engine.services {
             let entry = self.states.entry(name.clone());
             if !h.checked {
-                let slot = entry.or_insert(Health::Ok);
-                changed |= *slot != Health::Ok;
-                *slot = Health::Ok;
+                let slot = entry.or_insert(HealthState::Ok);
+                changed |= *slot != HealthState::Ok;
+                *slot = HealthState::Ok;
             } else if let std::collections::hash_map::Entry::Vacant(v) = entry {
-                v.insert(Health::Preparing);
+                v.insert(HealthState::Preparing);
                 changed = true;
             }
         }
@@ -83,10 +74,10 @@ impl View {
     }
 
     /// Applies the engine's decisions towards `to` (Error: failures; Ok: recoveries).
-    fn take(&mut self, engine: &HealthSnapshot, to: Health) -> bool {
+    fn take(&mut self, engine: &HealthSnapshot, to: HealthState) -> bool {
         let mut changed = false;
         for (name, h) in &engine.services {
-            if !h.checked || decided(h.state) != to {
+            if !h.checked || h.state != to {
                 continue;
             }
             if let Some(slot) = self.states.get_mut(name).filter(|s| **s != to) {
@@ -134,10 +125,10 @@ pub async fn reflect(
     let sync_now = |view: &mut View, snap: &HealthSnapshot| {
         let mut changed = view.admit(snap);
         if cadence.down_every.is_zero() {
-            changed |= view.take(snap, Health::Error);
+            changed |= view.take(snap, HealthState::Error);
         }
         if cadence.up_every.is_zero() {
-            changed |= view.take(snap, Health::Ok);
+            changed |= view.take(snap, HealthState::Ok);
         }
         changed
     };
@@ -161,12 +152,12 @@ pub async fn reflect(
                 on_change(&view);
             }
             _ = tick(&mut down) => {
-                if view.take(&engine.snapshot(), Health::Error) {
+                if view.take(&engine.snapshot(), HealthState::Error) {
                     on_change(&view);
                 }
             }
             _ = tick(&mut up) => {
-                if view.take(&engine.snapshot(), Health::Ok) {
+                if view.take(&engine.snapshot(), HealthState::Ok) {
                     on_change(&view);
                 }
             }

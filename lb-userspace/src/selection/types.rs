@@ -2,17 +2,9 @@
 
 use crate::config::{PortSpec, VService, VServiceKind};
 
-/// Health of one Backend Service as the selection model sees it (S-HC5). Kept separate from the
-/// health engine's own type so this module stays pure and testable without it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Health {
-    /// Newly assigned check, not decided yet: no new traffic (S-HC5).
-    Preparing,
-    /// Healthy, or no check assigned (S-HC6).
-    Ok,
-    /// Failed its check.
-    Error,
-}
+/// Health of one Backend Service (S-HC5): the health engine's own state type, which
+/// selection reads and never derives.
+pub use crate::health::HealthState as Health;
 
 /// Whether Backup and Maintenance flags shape distribution for a list.
 ///
