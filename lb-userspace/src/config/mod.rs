@@ -15,40 +15,21 @@
 //! `[[dns_vservice]]` tables hold the DNS vServices of global service standby (S-GS): a
 //! listener, a zone and its names, each name with its site services.
 
-mod backends;
-mod conditions;
-mod control;
-mod dns;
-mod document;
+mod check;
 mod error;
-mod health;
 mod issues;
-mod kinds;
-mod l7;
-mod listeners;
-mod lists;
-mod matchers;
 mod model;
-mod names;
-mod network;
-mod persistence;
-mod ports;
-mod probe;
 mod raw;
-mod raw_dns;
-mod raw_l7;
-mod restart;
-mod seconds;
-mod settings;
-mod vservice;
 
 use std::path::Path;
 
 pub use error::{ConfigError, ConfigIssue};
 pub use model::*;
-pub use restart::restart_only_changes;
 
+use check::vservice::{self, listeners};
+use check::{backends, control, dns, health, settings};
 use issues::Issues;
+use raw::document;
 
 /// Parse and validate a config file. The error lists every problem found; S-HC4 warnings
 /// are logged with `tracing::warn!`.
@@ -137,7 +118,3 @@ fn log_warnings(warnings: &[String]) {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_dns;
-#[cfg(test)]
-mod tests_l7;

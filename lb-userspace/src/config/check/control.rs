@@ -7,18 +7,18 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::{ApiSettings, ClusterPeer, ClusterSettings};
 use super::names::Namespace;
-use super::raw::{RawApi, RawCluster};
+use crate::config::issues::Issues;
+use crate::config::model::{ApiSettings, ClusterPeer, ClusterSettings};
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawApi, RawCluster};
 
 /// Shortest token accepted: long enough that guessing it over the network is hopeless.
 const MIN_TOKEN_LEN: usize = 16;
 
 /// The validated `[api]` plus the span of `listen` (or 0..0 when defaulted), for the
 /// listener-conflict check.
-pub(super) struct Api {
+pub(in crate::config) struct Api {
     /// The settings.
     pub settings: ApiSettings,
     /// Where `api.listen` is written, if it is.
@@ -27,7 +27,7 @@ pub(super) struct Api {
 
 /// Validates `[api]`: a parseable `address:port`, a token of at least 16 visible ASCII
 /// characters, and a token whenever the address is not loopback.
-pub(super) fn api(raw: &RawApi, issues: &mut Issues) -> Api {
+pub(in crate::config) fn api(raw: &RawApi, issues: &mut Issues) -> Api {
     let defaults = ApiSettings::default();
     let listen = match &raw.listen {
         Some(text) => socket_address(text, issues).unwrap_or(defaults.listen),
@@ -69,7 +69,11 @@ fn socket_address(text: &Spanned<String>, issues: &mut Issues) -> Option<SocketA
 
 /// A bearer token: at least [`MIN_TOKEN_LEN`] characters, visible ASCII only (it travels in
 /// an HTTP header). Reports and returns false when it is not.
-pub(super) fn check_token(token: &Spanned<String>, field: &str, issues: &mut Issues) -> bool {
+pub(in crate::config) fn check_token(
+    token: &Spanned<String>,
+    field: &str,
+    issues: &mut Issues,
+) -> bool {
     let text = token.get_ref();
     let problem = if !text.chars().all(|c| c.is_ascii_graphic()) {
         "must contain only visible ASCII characters (no spaces)"
@@ -88,7 +92,7 @@ pub(super) fn check_token(token: &Spanned<String>, field: &str, issues: &mut Iss
 
 /// Validates `[cluster]`: at least one peer, unique names and URLs, `http://host:port`
 /// URLs. A peer without its own token gets this node's API token.
-pub(super) fn cluster(
+pub(in crate::config) fn cluster(
     entry: Option<&Entry<RawCluster>>,
     api: &ApiSettings,
     issues: &mut Issues,
@@ -177,7 +181,7 @@ fn peer_url(url: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<S
 }
 
 /// A URL host: a bracketed IPv6 address, or a name / IPv4 address without odd characters.
-pub(super) fn valid_host(host: &str) -> bool {
+pub(in crate::config) fn valid_host(host: &str) -> bool {
     if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         return inner.parse::<std::net::Ipv6Addr>().is_ok();
     }

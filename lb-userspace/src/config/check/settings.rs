@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
-use super::issues::Issues;
-use super::model::{AttachMode, ProxySettings, ReflectionSettings, XdpSettings};
-use super::raw::{RawAttachMode, RawProxy, RawReflection, RawXdp};
 use super::seconds::seconds;
+use crate::config::issues::Issues;
+use crate::config::model::{AttachMode, ProxySettings, ReflectionSettings, XdpSettings};
+use crate::config::raw::{RawAttachMode, RawProxy, RawReflection, RawXdp};
 
 /// Default bpffs pin directory.
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lb";
@@ -22,7 +22,7 @@ const CONN_TABLE_SIZES: std::ops::RangeInclusive<i64> = 1024..=33_554_432;
 const MAX_IFNAME: usize = 15;
 
 /// Validates `[xdp]`, filling defaults.
-pub(super) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
+pub(in crate::config) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
     let pin_dir = match &raw.pin_dir {
         Some(dir) if !dir.get_ref().starts_with('/') => {
             issues.error(
@@ -111,7 +111,7 @@ const MAX_WORKERS: i64 = 256;
 const MIN_SLICE_US: i64 = 100;
 const MAX_SLICE_US: i64 = 100_000;
 
-pub(super) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
+pub(in crate::config) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
     let workers = raw.workers.as_ref().and_then(|w| {
         let value = *w.get_ref();
         match u16::try_from(value) {
@@ -150,7 +150,10 @@ pub(super) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySettings {
     }
 }
 
-pub(super) fn reflection(raw: &RawReflection, issues: &mut Issues) -> ReflectionSettings {
+pub(in crate::config) fn reflection(
+    raw: &RawReflection,
+    issues: &mut Issues,
+) -> ReflectionSettings {
     let mut delay = |value: &Option<Spanned<f64>>, key: &str, default: Duration| match value {
         Some(secs) => seconds(secs, &format!("reflection.{key}"), issues).unwrap_or(default),
         None => default,

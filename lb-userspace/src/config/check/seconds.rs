@@ -4,10 +4,14 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
-use super::issues::Issues;
+use crate::config::issues::Issues;
 
 /// Converts a number of seconds; reports negative, non-finite or huge values at `field`.
-pub(super) fn seconds(value: &Spanned<f64>, field: &str, issues: &mut Issues) -> Option<Duration> {
+pub(in crate::config) fn seconds(
+    value: &Spanned<f64>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<Duration> {
     let secs = *value.get_ref();
     let problem = if !secs.is_finite() {
         "must be a finite number of seconds"

@@ -7,7 +7,7 @@ use serde_spanned::Spanned;
 /// One `[[dns_vservice]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawDnsVService {
+pub(in crate::config) struct RawDnsVService {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
     pub port: Option<Spanned<i64>>,
@@ -22,7 +22,7 @@ pub(super) struct RawDnsVService {
 /// One `[[dns_vservice.record]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawDnsRecord {
+pub(in crate::config) struct RawDnsRecord {
     pub name: Spanned<String>,
     pub policy: Option<Spanned<RawDnsPolicy>>,
     pub answers: Option<Spanned<i64>>,
@@ -32,7 +32,7 @@ pub(super) struct RawDnsRecord {
 /// `dns_vservice.record.policy`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(super) enum RawDnsPolicy {
+pub(in crate::config) enum RawDnsPolicy {
     RoundRobin,
     Weighted,
     LeastLoaded,
@@ -41,7 +41,7 @@ pub(super) enum RawDnsPolicy {
 /// One `[[dns_vservice.record.site]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawSite {
+pub(in crate::config) struct RawSite {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
     pub address6: Option<Spanned<String>>,

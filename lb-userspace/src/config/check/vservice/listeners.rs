@@ -5,11 +5,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
-use super::issues::Issues;
-use super::model::{PortSpec, VServiceKind};
+use crate::config::issues::Issues;
+use crate::config::model::{PortSpec, VServiceKind};
 
 /// What a vService listens on, with where to point when it clashes.
-pub(super) struct Listener {
+pub(in crate::config) struct Listener {
     /// vService name.
     pub name: String,
     /// Kind (gives the protocol).
@@ -25,7 +25,7 @@ pub(super) struct Listener {
 }
 
 /// Reports each listener that clashes with an earlier one, at the later one.
-pub(super) fn check_conflicts(listeners: &[Listener], issues: &mut Issues) {
+pub(in crate::config) fn check_conflicts(listeners: &[Listener], issues: &mut Issues) {
     for (index, later) in listeners.iter().enumerate() {
         for earlier in &listeners[..index] {
             if let Some(why) = clash(earlier, later) {
@@ -70,13 +70,13 @@ fn clash(a: &Listener, b: &Listener) -> Option<&'static str> {
 
 /// True when two socket addresses would collide on bind: equal, or one is the wildcard
 /// (0.0.0.0 or ::) of the other's family.
-pub(super) fn same_socket_address(a: IpAddr, b: IpAddr) -> bool {
+pub(in crate::config) fn same_socket_address(a: IpAddr, b: IpAddr) -> bool {
     a == b || (a.is_ipv4() == b.is_ipv4() && (a.is_unspecified() || b.is_unspecified()))
 }
 
 /// The API listener must not share a socket with an L7 vService. Reported at
 /// `api.listen` when it is written, else at the vService's port (it takes the default).
-pub(super) fn check_api(
+pub(in crate::config) fn check_api(
     listen: SocketAddr,
     span: Option<Range<usize>>,
     listeners: &[Listener],
@@ -116,7 +116,7 @@ pub(super) fn check_api(
 }
 
 /// True when two port specs share a port.
-pub(super) fn overlap(a: PortSpec, b: PortSpec) -> bool {
+pub(in crate::config) fn overlap(a: PortSpec, b: PortSpec) -> bool {
     let bounds = |spec| match spec {
         PortSpec::Single(port) => (port, port),
         PortSpec::Range(start, end) => (start, end),

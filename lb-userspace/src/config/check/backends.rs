@@ -6,15 +6,15 @@ use std::net::IpAddr;
 
 use serde_spanned::Spanned;
 
-use super::document::{Entry, RawDocument};
-use super::issues::Issues;
-use super::model::{BackendGroup, BackendService};
 use super::names::Namespace;
-use super::raw::{RawBackendGroup, RawBackendService};
+use crate::config::issues::Issues;
+use crate::config::model::{BackendGroup, BackendService};
+use crate::config::raw::document::{Entry, RawDocument};
+use crate::config::raw::{RawBackendGroup, RawBackendService};
 
 /// The validated backends plus every name defined in the file, valid or not, so later
 /// steps can tell "unknown" from "defined but already reported".
-pub(super) struct Backends {
+pub(in crate::config) struct Backends {
     /// Backend Services without errors.
     pub services: Vec<BackendService>,
     /// Backend Groups without errors.
@@ -28,7 +28,7 @@ pub(super) struct Backends {
 }
 
 /// What a name in a backends list refers to.
-pub(super) enum Lookup<'a> {
+pub(in crate::config) enum Lookup<'a> {
     /// A valid Backend Service.
     Service(&'a BackendService),
     /// A valid Backend Group.
@@ -41,7 +41,7 @@ pub(super) enum Lookup<'a> {
 
 impl Backends {
     /// Resolves a name of the shared service/group namespace.
-    pub(super) fn lookup(&self, name: &str) -> Lookup<'_> {
+    pub(in crate::config) fn lookup(&self, name: &str) -> Lookup<'_> {
         if let Some(service) = self.services.iter().find(|s| s.name == name) {
             Lookup::Service(service)
         } else if let Some(group) = self.groups.iter().find(|g| g.name == name) {
@@ -57,7 +57,7 @@ impl Backends {
     }
 
     /// The valid Backend Services a list entry stands for (a group expands to its members).
-    pub(super) fn expand(&self, name: &str) -> Vec<&BackendService> {
+    pub(in crate::config) fn expand(&self, name: &str) -> Vec<&BackendService> {
         match self.lookup(name) {
             Lookup::Service(service) => vec![service],
             Lookup::Group(group) => group
@@ -71,7 +71,7 @@ impl Backends {
 }
 
 /// Validates services then groups.
-pub(super) fn backends(doc: &RawDocument, issues: &mut Issues) -> Backends {
+pub(in crate::config) fn backends(doc: &RawDocument, issues: &mut Issues) -> Backends {
     let health_names: HashSet<&str> = doc
         .health_checks
         .iter()
@@ -115,7 +115,7 @@ fn names_of<T>(entries: &[Entry<T>], name: impl Fn(&T) -> &Spanned<String>) -> H
 }
 
 /// An integer field that must lie in `min..=max`.
-pub(super) fn ranged(
+pub(in crate::config) fn ranged(
     value: &Spanned<i64>,
     min: i64,
     max: i64,
@@ -136,7 +136,11 @@ pub(super) fn ranged(
 }
 
 /// An IP address written as text.
-pub(super) fn address(value: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<IpAddr> {
+pub(in crate::config) fn address(
+    value: &Spanned<String>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<IpAddr> {
     let parsed = value.get_ref().trim().parse().ok();
     if parsed.is_none() {
         issues.error(

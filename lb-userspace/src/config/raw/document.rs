@@ -8,12 +8,12 @@ use serde::Deserialize;
 use serde_spanned::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use super::issues::Issues;
-use super::raw::{
+use super::dns::RawDnsVService;
+use super::{
     RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawProxy,
     RawReflection, RawVService, RawXdp,
 };
-use super::raw_dns::RawDnsVService;
+use crate::config::issues::Issues;
 
 /// The top-level sections the schema knows.
 const SECTIONS: [&str; 10] = [
@@ -30,7 +30,7 @@ const SECTIONS: [&str; 10] = [
 ];
 
 /// One readable `[[...]]` entry with where it is.
-pub(super) struct Entry<T> {
+pub(in crate::config) struct Entry<T> {
     /// Field path of the entry, e.g. `vservice[2]` (its index in the file).
     pub path: String,
     /// Span of the entry's header (or inline table), used for "missing" problems.
@@ -42,7 +42,7 @@ pub(super) struct Entry<T> {
 /// Names of entries that could not be read. References to them are not reported as
 /// unknown: the entry's own error already explains the problem.
 #[derive(Default)]
-pub(super) struct Unreadable {
+pub(in crate::config) struct Unreadable {
     /// `[[health_check]]` names.
     pub health_checks: HashSet<String>,
     /// `[[backend_service]]` and `[[backend_group]]` names (one namespace).
@@ -51,7 +51,7 @@ pub(super) struct Unreadable {
 
 /// The whole file as written, minus the entries that could not be read.
 #[derive(Default)]
-pub(super) struct RawDocument {
+pub(in crate::config) struct RawDocument {
     pub xdp: RawXdp,
     pub reflection: RawReflection,
     pub api: RawApi,
@@ -70,7 +70,7 @@ pub(super) struct RawDocument {
 /// Reads `text`; returns `None` on syntax errors (all reported), since a broken document
 /// would give misleading semantic errors. Type and unknown-field errors are reported per
 /// entry and the entry is left out.
-pub(super) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
+pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
     let (root, syntax_errors) = DeTable::parse_recoverable(text);
     if !syntax_errors.is_empty() {
         for error in syntax_errors {

@@ -1,20 +1,31 @@
 //! `[[vservice]]`: kind, address, ports, forwarding, Maglev size, the Default list and,
-//! for L7 kinds, the proxy settings.
+//! for L7 kinds, the proxy settings. The files beside this one check its parts: which keys
+//! apply to which kind, ports, lists, Conditional sets and their matchers, persistence and
+//! the L7 settings, the Network (XDP) rules, and listeners that would take the same traffic.
+
+pub(in crate::config) mod conditions;
+pub(in crate::config) mod kinds;
+pub(in crate::config) mod l7;
+pub(in crate::config) mod listeners;
+pub(in crate::config) mod lists;
+pub(in crate::config) mod matchers;
+pub(in crate::config) mod network;
+pub(in crate::config) mod persistence;
+pub(in crate::config) mod ports;
 
 use std::net::IpAddr;
 
-use super::backends::{Backends, address, ranged};
-use super::document::Entry;
-use super::issues::Issues;
-use super::kinds::check_keys;
-use super::l7::l7_settings;
-use super::listeners::{self, Listener};
-use super::lists::{ListSource, backend_list, check_l7_ports};
-use super::model::{Forwarding, VService, VServiceKind};
-use super::names::Namespace;
-use super::network;
-use super::ports::ports;
-use super::raw::{RawForwarding, RawVService, RawVServiceKind};
+use crate::config::check::backends::{Backends, address, ranged};
+use crate::config::check::names::Namespace;
+use crate::config::issues::Issues;
+use crate::config::model::{Forwarding, VService, VServiceKind};
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawForwarding, RawVService, RawVServiceKind};
+use kinds::check_keys;
+use l7::l7_settings;
+use listeners::Listener;
+use lists::{ListSource, backend_list, check_l7_ports};
+use ports::ports;
 
 /// Default Maglev table size (prime).
 const DEFAULT_MAGLEV_SIZE: u32 = 65537;
@@ -22,11 +33,11 @@ const DEFAULT_MAGLEV_SIZE: u32 = 65537;
 const MAGLEV_MIN: i64 = 251;
 const MAGLEV_MAX: i64 = 1_048_576;
 /// Message for IPv6 where the data path cannot take it yet.
-pub(super) const NO_IPV6: &str = "IPv6 is not supported by the XDP data path yet";
+pub(in crate::config) const NO_IPV6: &str = "IPv6 is not supported by the XDP data path yet";
 
 /// Validates every vService, then the checks across them (conflicting listeners).
 /// Also returns every usable listener, for checks against the API listener.
-pub(super) fn vservices(
+pub(in crate::config) fn vservices(
     entries: &[Entry<RawVService>],
     backends: &Backends,
     issues: &mut Issues,

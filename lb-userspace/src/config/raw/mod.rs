@@ -1,13 +1,18 @@
-//! The file as written: serde structs mirroring the TOML schema, with spans kept on every
-//! value that validation may have to point at.
+//! What serde reads: the file as written, before any check. [`document`] turns TOML text
+//! into these structs section by section (one bad entry does not hide the others); the
+//! structs mirror the schema with spans kept on every value a check may point at. Nothing
+//! here knows a rule of the SPEC.
 //!
 //! Numbers are read as `i64` (and durations as `f64`) so that range errors can be reported
 //! in the operator's terms rather than as a serde integer-overflow message.
 
+pub(in crate::config) mod dns;
+pub(in crate::config) mod document;
+pub(in crate::config) mod l7;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 
-pub(super) use super::raw_l7::{
+pub(in crate::config) use l7::{
     RawAlgorithm, RawConditionalSet, RawHeader, RawPersistence, RawPersistenceType, RawSameSite,
     RawTimeouts, RawTls,
 };
@@ -15,7 +20,7 @@ pub(super) use super::raw_l7::{
 /// `[xdp]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawXdp {
+pub(in crate::config) struct RawXdp {
     pub pin_dir: Option<Spanned<String>>,
     pub conn_table_size: Option<Spanned<i64>>,
     pub interfaces: Option<Vec<Spanned<String>>>,
@@ -25,7 +30,7 @@ pub(super) struct RawXdp {
 /// `xdp.attach_mode`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum RawAttachMode {
+pub(in crate::config) enum RawAttachMode {
     Drv,
     Skb,
 }
@@ -33,7 +38,7 @@ pub(super) enum RawAttachMode {
 /// `[proxy]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawProxy {
+pub(in crate::config) struct RawProxy {
     pub workers: Option<Spanned<i64>>,
     pub sched_slice_us: Option<Spanned<i64>>,
 }
@@ -41,7 +46,7 @@ pub(super) struct RawProxy {
 /// `[reflection]`: durations in seconds.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawReflection {
+pub(in crate::config) struct RawReflection {
     pub network_remove_delay: Option<Spanned<f64>>,
     pub network_add_delay: Option<Spanned<f64>>,
     pub l7_delay: Option<Spanned<f64>>,
@@ -50,7 +55,7 @@ pub(super) struct RawReflection {
 /// One `[[health_check]]`: common fields plus every type-specific one, checked per type.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawHealthCheck {
+pub(in crate::config) struct RawHealthCheck {
     pub name: Spanned<String>,
     #[serde(rename = "type")]
     pub kind: Spanned<RawHealthType>,
@@ -71,7 +76,7 @@ pub(super) struct RawHealthCheck {
 /// `health_check.type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum RawHealthType {
+pub(in crate::config) enum RawHealthType {
     Ping,
     Tcp,
     Http,
@@ -81,7 +86,7 @@ pub(super) enum RawHealthType {
 
 impl RawHealthType {
     /// The TOML spelling, for messages.
-    pub(super) fn as_str(self) -> &'static str {
+    pub(in crate::config) fn as_str(self) -> &'static str {
         match self {
             Self::Ping => "ping",
             Self::Tcp => "tcp",
@@ -95,7 +100,7 @@ impl RawHealthType {
 /// One `[[backend_service]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawBackendService {
+pub(in crate::config) struct RawBackendService {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
     pub port: Spanned<i64>,
@@ -111,7 +116,7 @@ pub(super) struct RawBackendService {
 /// One `[[backend_group]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawBackendGroup {
+pub(in crate::config) struct RawBackendGroup {
     pub name: Spanned<String>,
     pub members: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
@@ -123,7 +128,7 @@ pub(super) struct RawBackendGroup {
 /// One `[[vservice]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawVService {
+pub(in crate::config) struct RawVService {
     pub name: Spanned<String>,
     pub kind: Spanned<RawVServiceKind>,
     pub address: Spanned<String>,
@@ -146,7 +151,7 @@ pub(super) struct RawVService {
 /// `vservice.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(super) enum RawVServiceKind {
+pub(in crate::config) enum RawVServiceKind {
     TcpL4,
     UdpL4,
     AnyL3,
@@ -156,7 +161,7 @@ pub(super) enum RawVServiceKind {
 
 impl RawVServiceKind {
     /// The TOML spelling, for messages.
-    pub(super) fn as_str(self) -> &'static str {
+    pub(in crate::config) fn as_str(self) -> &'static str {
         match self {
             Self::TcpL4 => "tcp-l4",
             Self::UdpL4 => "udp-l4",
@@ -167,7 +172,7 @@ impl RawVServiceKind {
     }
 
     /// True for the kinds served by the userspace proxy (http, l7-tcp).
-    pub(super) fn is_l7(self) -> bool {
+    pub(in crate::config) fn is_l7(self) -> bool {
         matches!(self, Self::Http | Self::L7Tcp)
     }
 }
@@ -175,7 +180,7 @@ impl RawVServiceKind {
 /// `vservice.forwarding`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum RawForwarding {
+pub(in crate::config) enum RawForwarding {
     Nat,
     Dsr,
 }
@@ -183,7 +188,7 @@ pub(super) enum RawForwarding {
 /// `[api]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawApi {
+pub(in crate::config) struct RawApi {
     pub listen: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
 }
@@ -191,7 +196,7 @@ pub(super) struct RawApi {
 /// `[cluster]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawCluster {
+pub(in crate::config) struct RawCluster {
     pub manual_sync: Option<Spanned<bool>>,
     pub peer: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
@@ -199,7 +204,7 @@ pub(super) struct RawCluster {
 /// One `[[cluster.peer]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawPeer {
+pub(in crate::config) struct RawPeer {
     pub name: Spanned<String>,
     pub url: Spanned<String>,
     pub token: Option<Spanned<String>>,

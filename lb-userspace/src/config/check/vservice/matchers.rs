@@ -5,23 +5,27 @@ use std::net::IpAddr;
 
 use serde_spanned::Spanned;
 
-use super::issues::Issues;
-use super::model::StrMatch;
+use crate::config::issues::Issues;
+use crate::config::model::StrMatch;
 
 /// True for an HTTP token character (RFC 9110 `tchar`): methods, header names and cookie
 /// names are tokens.
-pub(super) fn is_tchar(c: char) -> bool {
+pub(in crate::config) fn is_tchar(c: char) -> bool {
     c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
 }
 
 /// True for a non-empty HTTP token.
-pub(super) fn is_token(text: &str) -> bool {
+pub(in crate::config) fn is_token(text: &str) -> bool {
     !text.is_empty() && text.chars().all(is_tchar)
 }
 
 /// `host`: an exact name (compared case-insensitively, stored lower case) or `*.suffix`,
 /// which matches every name ending in `.suffix`.
-pub(super) fn host(value: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<StrMatch> {
+pub(in crate::config) fn host(
+    value: &Spanned<String>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<StrMatch> {
     let text = value.get_ref().trim().to_ascii_lowercase();
     let (wild, name) = match text.strip_prefix("*.") {
         Some(rest) => (true, rest),
@@ -55,7 +59,11 @@ pub(super) fn host(value: &Spanned<String>, field: &str, issues: &mut Issues) ->
 }
 
 /// A path to match exactly or as a prefix: must start with `/` and hold no space.
-pub(super) fn path(value: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<String> {
+pub(in crate::config) fn path(
+    value: &Spanned<String>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<String> {
     let text = value.get_ref();
     if text.starts_with('/') && !text.contains(char::is_whitespace) {
         return Some(text.clone());
@@ -69,7 +77,7 @@ pub(super) fn path(value: &Spanned<String>, field: &str, issues: &mut Issues) ->
 }
 
 /// A string to match as a suffix or an exact header value: anything but empty.
-pub(super) fn non_empty(
+pub(in crate::config) fn non_empty(
     value: &Spanned<String>,
     field: &str,
     issues: &mut Issues,
@@ -82,7 +90,11 @@ pub(super) fn non_empty(
 }
 
 /// A regular expression in the syntax of the `regex` crate; it must compile.
-pub(super) fn regex(value: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<String> {
+pub(in crate::config) fn regex(
+    value: &Spanned<String>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<String> {
     match regex::Regex::new(value.get_ref()) {
         Ok(_) => Some(value.get_ref().clone()),
         Err(error) => {
@@ -107,7 +119,7 @@ pub(super) fn regex(value: &Spanned<String>, field: &str, issues: &mut Issues) -
 }
 
 /// A header name: an HTTP token, stored lower case (names are case-insensitive).
-pub(super) fn header_name(
+pub(in crate::config) fn header_name(
     value: &Spanned<String>,
     field: &str,
     issues: &mut Issues,
@@ -124,7 +136,7 @@ pub(super) fn header_name(
 }
 
 /// `method`: a non-empty list of upper-case tokens, each once.
-pub(super) fn methods(
+pub(in crate::config) fn methods(
     list: &Spanned<Vec<Spanned<String>>>,
     field: &str,
     issues: &mut Issues,
@@ -151,7 +163,7 @@ pub(super) fn methods(
 
 /// `source_cidr`: a non-empty list of networks `ADDRESS/LENGTH` (a bare address is a
 /// single host); host bits must be zero, so that a typo does not widen or move a network.
-pub(super) fn networks(
+pub(in crate::config) fn networks(
     list: &Spanned<Vec<Spanned<String>>>,
     field: &str,
     issues: &mut Issues,

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::HealthCheck;
 use super::names::Namespace;
 use super::probe::{probe, reject_foreign_fields};
-use super::raw::{RawHealthCheck, RawHealthType};
 use super::seconds::seconds;
+use crate::config::issues::Issues;
+use crate::config::model::HealthCheck;
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawHealthCheck, RawHealthType};
 
 /// S-HC4: P or T at or above this is applied as 1 s.
 const TOO_LONG: Duration = Duration::from_secs(120);
@@ -19,7 +19,7 @@ const TOO_LONG: Duration = Duration::from_secs(120);
 const ONE_SECOND: Duration = Duration::from_secs(1);
 
 /// Validates every health check profile; invalid ones are reported and left out.
-pub(super) fn health_checks(
+pub(in crate::config) fn health_checks(
     entries: &[Entry<RawHealthCheck>],
     issues: &mut Issues,
 ) -> Vec<HealthCheck> {

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
-use super::issues::Issues;
 use super::matchers::is_token;
-use super::model::{CookiePersistence, Persistence, SameSite, Timeouts};
-use super::raw::{RawPersistence, RawPersistenceType, RawSameSite, RawTimeouts};
-use super::seconds::seconds;
+use crate::config::check::seconds::seconds;
+use crate::config::issues::Issues;
+use crate::config::model::{CookiePersistence, Persistence, SameSite, Timeouts};
+use crate::config::raw::{RawPersistence, RawPersistenceType, RawSameSite, RawTimeouts};
 
 /// Default cookie name.
 const DEFAULT_COOKIE: &str = "LBSERVER";
@@ -20,7 +20,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 /// The persistence of the vService at `path`; the cookie is only allowed on http (checked
 /// by the kind rules), so no kind is needed here.
-pub(super) fn persistence(
+pub(in crate::config) fn persistence(
     raw: Option<&Spanned<RawPersistence>>,
     path: &str,
     issues: &mut Issues,
@@ -127,7 +127,7 @@ fn cookie_name(raw: Option<&Spanned<String>>, path: &str, issues: &mut Issues) -
 }
 
 /// `[vservice.timeouts]`: every one above 0 and below a day.
-pub(super) fn timeouts(
+pub(in crate::config) fn timeouts(
     raw: Option<&Spanned<RawTimeouts>>,
     path: &str,
     issues: &mut Issues,

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use super::*;
 
+mod dns;
+mod l7;
+
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
 }
@@ -281,7 +284,7 @@ fn s_hc4_adjustments_are_warnings() {
 /// The shipped example parses into what its comments describe.
 #[test]
 fn example_config_parses() {
-    let text = include_str!("../../conf/example.toml");
+    let text = include_str!("../../../conf/example.toml");
     let (config, warnings) = parse_with_warnings(text, "example.toml").unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let web = &config.vservices[0];

@@ -1,8 +1,11 @@
-//! The validated configuration model: what the rest of the daemon reads.
-//!
-//! Everything here has already passed validation (names unique, references resolved,
-//! ranges ordered, S-HC4 adjustments applied), so consumers never re-check it.
+//! The validated configuration model: what the rest of the daemon reads, re-exported as
+//! `config::*`. Everything here has already passed the checks (names unique, references
+//! resolved, ranges ordered, S-HC4 adjustments applied), so consumers never re-check it;
+//! `restart` says which of its settings a reload cannot change.
 
+mod restart;
+
+pub use restart::restart_only_changes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;

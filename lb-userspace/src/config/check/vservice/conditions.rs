@@ -3,17 +3,17 @@
 
 use serde_spanned::Spanned;
 
-use super::backends::Backends;
-use super::issues::Issues;
 use super::lists::{ListSource, backend_list, check_l7_ports};
 use super::matchers;
-use super::model::{Condition, ConditionalSet, StrMatch};
-use super::names::Namespace;
-use super::raw::{RawConditionalSet, RawHeader};
+use crate::config::check::backends::Backends;
+use crate::config::check::names::Namespace;
+use crate::config::issues::Issues;
+use crate::config::model::{Condition, ConditionalSet, StrMatch};
+use crate::config::raw::{RawConditionalSet, RawHeader};
 
 /// Validates the sets of the vService at `path` (`vservice[i]`); invalid sets are
 /// reported and left out.
-pub(super) fn conditional_sets(
+pub(in crate::config) fn conditional_sets(
     sets: &[Spanned<RawConditionalSet>],
     path: &str,
     backends: &Backends,

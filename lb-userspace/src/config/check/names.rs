@@ -4,11 +4,11 @@ use std::collections::HashMap;
 
 use serde_spanned::Spanned;
 
-use super::issues::Issues;
+use crate::config::issues::Issues;
 
 /// One namespace of names (health checks; backend services and groups together; vServices).
 #[derive(Default)]
-pub(super) struct Namespace {
+pub(in crate::config) struct Namespace {
     /// Name -> (line of its first definition, what it names).
     first: HashMap<String, (usize, &'static str)>,
 }
@@ -16,7 +16,7 @@ pub(super) struct Namespace {
 impl Namespace {
     /// Defines `name` as a `what` (e.g. "backend service"); reports an empty or duplicate
     /// name at `field` and returns false in that case.
-    pub(super) fn define(
+    pub(in crate::config) fn define(
         &mut self,
         name: &Spanned<String>,
         what: &'static str,

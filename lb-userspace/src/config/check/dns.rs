@@ -9,14 +9,16 @@ use serde_spanned::Spanned;
 
 use super::backends::{address, ranged};
 use super::control::{check_token, valid_host};
-use super::document::Entry;
-use super::issues::Issues;
-use super::listeners::{Listener, overlap, same_socket_address};
-use super::model::{DnsPolicy, DnsRecord, DnsVService, PortSpec, SiteService, VServiceKind};
 use super::names::Namespace;
-use super::raw::RawVService;
-use super::raw_dns::{RawDnsPolicy, RawDnsRecord, RawDnsVService, RawSite};
 use super::seconds::seconds;
+use super::vservice::listeners::{Listener, overlap, same_socket_address};
+use crate::config::issues::Issues;
+use crate::config::model::{
+    DnsPolicy, DnsRecord, DnsVService, PortSpec, SiteService, VServiceKind,
+};
+use crate::config::raw::RawVService;
+use crate::config::raw::dns::{RawDnsPolicy, RawDnsRecord, RawDnsVService, RawSite};
+use crate::config::raw::document::Entry;
 
 /// Defaults of a DNS vService.
 const DEFAULT_PORT: u16 = 53;
@@ -31,7 +33,7 @@ const MAX_POLL: Duration = Duration::from_secs(3600);
 const MAX_NAME: usize = 253;
 
 /// What the DNS checks need from the rest of the file.
-pub(super) struct Context<'a> {
+pub(in crate::config) struct Context<'a> {
     /// `[[vservice]]` entries (their names share the namespace).
     pub vservices: &'a [Entry<RawVService>],
     /// Listeners of the valid `[[vservice]]`s.
@@ -41,7 +43,7 @@ pub(super) struct Context<'a> {
 }
 
 /// Validates every `[[dns_vservice]]`; only error-free ones are returned.
-pub(super) fn dns_vservices(
+pub(in crate::config) fn dns_vservices(
     entries: &[Entry<RawDnsVService>],
     context: &Context<'_>,
     issues: &mut Issues,

@@ -6,11 +6,11 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
-use super::backends::{Backends, Lookup};
-use super::issues::Issues;
+use crate::config::check::backends::{Backends, Lookup};
+use crate::config::issues::Issues;
 
 /// One list as written, with what to say when it is missing.
-pub(super) struct ListSource<'a> {
+pub(in crate::config) struct ListSource<'a> {
     /// The list, if written.
     pub list: Option<&'a Spanned<Vec<Spanned<String>>>>,
     /// Field path of the list, e.g. `vservice[0].backends`.
@@ -23,7 +23,7 @@ pub(super) struct ListSource<'a> {
 
 /// Checks one list: present, non-empty, names defined, no backend twice (also through
 /// groups, which would double its share and blur the backup rules). Returns the names.
-pub(super) fn backend_list(
+pub(in crate::config) fn backend_list(
     source: &ListSource<'_>,
     backends: &Backends,
     issues: &mut Issues,
@@ -88,7 +88,7 @@ pub(super) fn backend_list(
 
 /// L7 vServices: the proxy opens its own connection to each backend, so port 0 ("the
 /// port the client asked for", a Network vService notion) cannot be used.
-pub(super) fn check_l7_ports(
+pub(in crate::config) fn check_l7_ports(
     source: &ListSource<'_>,
     kind: &str,
     backends: &Backends,

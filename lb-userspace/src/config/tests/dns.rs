@@ -14,7 +14,7 @@ fn problems(text: &str) -> Vec<String> {
 /// S-GS: the shipped example's DNS vService reads as its comments say.
 #[test]
 fn s_gs_example_dns_vservice() {
-    let text = include_str!("../../conf/example.toml");
+    let text = include_str!("../../../conf/example.toml");
     let config = parse_with_warnings(text, "example.toml").unwrap().0;
     let dns = &config.dns_vservices[0];
     assert_eq!((dns.name.as_str(), dns.port, dns.ttl), ("gslb", 53, 10));

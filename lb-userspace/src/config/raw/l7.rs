@@ -1,5 +1,5 @@
 //! The L7 tables of a `[[vservice]]` as written: persistence, timeouts, TLS and the
-//! Conditional Backend Services sets. Kept apart from `raw.rs` so each file stays short.
+//! Conditional Backend Services sets. Kept apart from `raw/mod.rs` so each file stays short.
 
 use serde::Deserialize;
 use serde_spanned::Spanned;
@@ -7,7 +7,7 @@ use serde_spanned::Spanned;
 /// `vservice.algorithm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(super) enum RawAlgorithm {
+pub(in crate::config) enum RawAlgorithm {
     RoundRobin,
     WeightedRoundRobin,
     LeastConnections,
@@ -20,7 +20,7 @@ pub(super) enum RawAlgorithm {
 /// `[vservice.persistence]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawPersistence {
+pub(in crate::config) struct RawPersistence {
     #[serde(rename = "type")]
     pub kind: Spanned<RawPersistenceType>,
     pub cookie_name: Option<Spanned<String>>,
@@ -33,7 +33,7 @@ pub(super) struct RawPersistence {
 /// `vservice.persistence.type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(super) enum RawPersistenceType {
+pub(in crate::config) enum RawPersistenceType {
     None,
     Cookie,
     SourceIp,
@@ -42,7 +42,7 @@ pub(super) enum RawPersistenceType {
 /// `vservice.persistence.same_site`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum RawSameSite {
+pub(in crate::config) enum RawSameSite {
     Strict,
     Lax,
     None,
@@ -51,7 +51,7 @@ pub(super) enum RawSameSite {
 /// `[vservice.timeouts]`: seconds.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawTimeouts {
+pub(in crate::config) struct RawTimeouts {
     pub connect: Option<Spanned<f64>>,
     pub client: Option<Spanned<f64>>,
     pub server: Option<Spanned<f64>>,
@@ -62,7 +62,7 @@ pub(super) struct RawTimeouts {
 /// `[vservice.tls]`: PEM file paths.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawTls {
+pub(in crate::config) struct RawTls {
     pub cert: Spanned<String>,
     pub key: Spanned<String>,
 }
@@ -70,7 +70,7 @@ pub(super) struct RawTls {
 /// One `[[vservice.conditional_set]]`: its list and its conditions.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawConditionalSet {
+pub(in crate::config) struct RawConditionalSet {
     pub name: Spanned<String>,
     pub backends: Option<Spanned<Vec<Spanned<String>>>>,
     pub host: Option<Spanned<String>>,
@@ -86,7 +86,7 @@ pub(super) struct RawConditionalSet {
 /// `[vservice.conditional_set.header]`: a header name and one way to match its value.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawHeader {
+pub(in crate::config) struct RawHeader {
     pub name: Spanned<String>,
     pub exact: Option<Spanned<String>>,
     pub prefix: Option<Spanned<String>>,

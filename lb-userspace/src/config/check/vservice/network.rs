@@ -1,16 +1,16 @@
 //! Rules of Network (XDP) vServices that involve their backends: DSR cannot change
 //! ports, IPv6 is not forwarded yet.
 
-use super::backends::Backends;
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::{Forwarding, PortSpec, VService};
-use super::raw::RawVService;
-use super::vservice::NO_IPV6;
+use super::NO_IPV6;
+use crate::config::check::backends::Backends;
+use crate::config::issues::Issues;
+use crate::config::model::{Forwarding, PortSpec, VService};
+use crate::config::raw::RawVService;
+use crate::config::raw::document::Entry;
 
 /// Per backend of the vService (groups expanded): IPv4 only; DSR keeps the port, so the
 /// backend must use port 0 or the vService's port; any-l3 forwards every port unchanged.
-pub(super) fn check_backends(
+pub(in crate::config) fn check_backends(
     vservice: &VService,
     entry: &Entry<RawVService>,
     backends: &Backends,

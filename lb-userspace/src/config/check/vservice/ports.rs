@@ -5,14 +5,14 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::PortSpec;
-use super::raw::{RawVService, RawVServiceKind};
+use crate::config::issues::Issues;
+use crate::config::model::PortSpec;
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawVService, RawVServiceKind};
 
 /// Reads `port` / `port_range` for the vService's kind; `None` when they cannot be used.
 /// Also returns the span and field to point at when the ports clash with another vService.
-pub(super) fn ports(
+pub(in crate::config) fn ports(
     entry: &Entry<RawVService>,
     issues: &mut Issues,
 ) -> Option<(PortSpec, Range<usize>, String)> {

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use serde_spanned::Spanned;
 
-use super::backends::{Backends, ranged};
 use super::conditions::conditional_sets;
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::{Algorithm, L7Settings, TlsSettings};
 use super::persistence::{persistence, timeouts};
-use super::raw::{RawAlgorithm, RawTls, RawVService, RawVServiceKind};
+use crate::config::check::backends::{Backends, ranged};
+use crate::config::issues::Issues;
+use crate::config::model::{Algorithm, L7Settings, TlsSettings};
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawAlgorithm, RawTls, RawVService, RawVServiceKind};
 
 /// Default queue size per backend.
 const DEFAULT_QUEUE: usize = 1024;
@@ -21,7 +21,7 @@ const MAX_ERROR_PAGE: u64 = 1 << 20;
 
 /// Builds the settings of an L7 vService; `None` for Network kinds. Keys that do not
 /// apply to the kind were reported by the kind rules and are not read here.
-pub(super) fn l7_settings(
+pub(in crate::config) fn l7_settings(
     entry: &Entry<RawVService>,
     backends: &Backends,
     issues: &mut Issues,

@@ -5,10 +5,10 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
-use super::document::Entry;
-use super::issues::Issues;
-use super::model::{DnsCheck, HealthKind, HttpCheck};
-use super::raw::{RawHealthCheck, RawHealthType};
+use crate::config::issues::Issues;
+use crate::config::model::{DnsCheck, HealthKind, HttpCheck};
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawHealthCheck, RawHealthType};
 
 /// DNS query types accepted by name.
 const DNS_TYPES: [(&str, u16); 2] = [("A", 1), ("AAAA", 28)];
@@ -57,7 +57,11 @@ fn specific_fields(
 }
 
 /// Reports each type-specific field set on a profile of another type.
-pub(super) fn reject_foreign_fields(raw: &RawHealthCheck, path: &str, issues: &mut Issues) {
+pub(in crate::config) fn reject_foreign_fields(
+    raw: &RawHealthCheck,
+    path: &str,
+    issues: &mut Issues,
+) {
     let kind = *raw.kind.get_ref();
     for (name, span, types) in specific_fields(raw) {
         if !types.contains(&kind) {
@@ -76,7 +80,7 @@ pub(super) fn reject_foreign_fields(raw: &RawHealthCheck, path: &str, issues: &m
 }
 
 /// The probe with its own fields.
-pub(super) fn probe(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthKind {
+pub(in crate::config) fn probe(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthKind {
     match *entry.raw.kind.get_ref() {
         RawHealthType::Ping => HealthKind::Ping,
         RawHealthType::Tcp => HealthKind::Tcp,

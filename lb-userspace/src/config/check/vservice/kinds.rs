@@ -6,9 +6,9 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
-use super::document::Entry;
-use super::issues::Issues;
-use super::raw::{RawPersistenceType, RawVService, RawVServiceKind};
+use crate::config::issues::Issues;
+use crate::config::raw::document::Entry;
+use crate::config::raw::{RawPersistenceType, RawVService, RawVServiceKind};
 
 /// Kinds a key applies to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ fn scoped_keys(raw: &RawVService) -> Vec<(&'static str, Range<usize>, Scope)> {
 }
 
 /// Reports every key the entry's kind does not use. Returns false when any was found.
-pub(super) fn check_keys(entry: &Entry<RawVService>, issues: &mut Issues) -> bool {
+pub(in crate::config) fn check_keys(entry: &Entry<RawVService>, issues: &mut Issues) -> bool {
     let raw = &entry.raw;
     let kind = *raw.kind.get_ref();
     let mut fine = true;
