@@ -2,8 +2,10 @@
 //!
 //! Every map key and value is `#[repr(C)]` with explicit padding, so the kernel, the
 //! eBPF program, userspace and `bpftool` (through BTF) all agree on the layout.
-//! Addresses are always 16 bytes (`[u32; 4]`, network byte order) so IPv6 fits
-//! without changing any map; an IPv4 address lives in word 0 and the rest are zero.
+//! Addresses are always 16 bytes (`[u32; 4]`, network byte order): an IPv6 address fills
+//! them, an IPv4 address lives in word 0 and the rest are zero. Every key that holds an
+//! address also holds its family, so an IPv4 address and an IPv6 address that ends in 96
+//! zero bits never meet in one map entry.
 //! Ports are stored in network byte order, exactly as they appear on the wire.
 #![no_std]
 
@@ -62,7 +64,7 @@ pub const BPF_F_INNER_MAP: u32 = 0x1000;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
-/// Address family marker for IPv6 (reserved: the data path is IPv4 for now).
+/// Address family marker for IPv6.
 pub const FAMILY_V6: u8 = 6;
 
 /// `ADDRS` role: the address is a VIP with Port Range entries.
@@ -82,11 +84,12 @@ pub const PROTO_ANY: u8 = 0;
 
 /// Index into `GLOBAL_STATS`: frames too short or malformed for their headers.
 pub const GLOBAL_MALFORMED: u32 = 0;
-/// Index: frames that are not IPv4 (passed).
-pub const GLOBAL_NOT_IPV4: u32 = 1;
-/// Index: IPv4 fragments (passed untouched).
+/// Index: frames that are neither IPv4 nor IPv6 (ARP, LLDP...; passed).
+pub const GLOBAL_NOT_IP: u32 = 1;
+/// Index: IPv4 and IPv6 fragments (passed untouched).
 pub const GLOBAL_FRAGMENT: u32 = 2;
-/// Index: IPv4 packets to no VIP and with no reverse-NAT entry (passed untouched).
+/// Index: packets to no VIP and with no reverse-NAT entry (passed untouched); IPv6
+/// neighbour discovery counts here too.
 pub const GLOBAL_NO_VIP: u32 = 3;
 /// Index: packets for a VIP with no usable backend (dropped).
 pub const GLOBAL_NO_BACKEND: u32 = 4;
@@ -98,15 +101,27 @@ pub const GLOBAL_TTL_EXPIRED: u32 = 6;
 pub const GLOBAL_NAT_REPLY: u32 = 7;
 /// Index: next hops resolved through the FIB (next-hop cache misses).
 pub const GLOBAL_FIB_LOOKUP: u32 = 8;
+/// Index: IPv6 packets passed for their extension headers: a chain longer than
+/// [`MAX_IPV6_EXT_HEADERS`], a routing header with segments left, or a header the program
+/// does not walk (AH, Mobility, HIP, Shim6, experimental).
+pub const GLOBAL_IPV6_EXT: u32 = 9;
+
+/// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
+/// the upper-layer header; a longer chain goes to the kernel.
+pub const MAX_IPV6_EXT_HEADERS: usize = 4;
 /// Number of global counters.
 pub const GLOBAL_COUNT: u32 = 16;
 
-/// Key of the `ADDRS` map.
+/// Key of the `ADDRS` and `NEXTHOPS` maps.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrKey {
     /// The address, network byte order.
     pub addr: [u32; 4],
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+    /// Reserved, zero.
+    pub pad: [u8; 3],
 }
 
 /// Key of the `VIPS` map: one (address, protocol, port) service.
@@ -126,7 +141,7 @@ pub struct VipKey {
 }
 
 /// Data part of the `RANGES` LPM key. Compared bit by bit in field order:
-/// address, protocol, a zero byte, then the port in network byte order.
+/// address, protocol, family, then the port in network byte order.
 /// A Port Range is stored as the few prefixes that cover it exactly.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -135,8 +150,8 @@ pub struct RangeData {
     pub addr: [u32; 4],
     /// IP protocol number.
     pub proto: u8,
-    /// Always zero.
-    pub pad: u8,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
     /// Port, network byte order.
     pub port: u16,
 }
@@ -285,7 +300,7 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(size_of::<AddrKey>(), 16);
+        assert_eq!(size_of::<AddrKey>(), 20);
         assert_eq!(size_of::<VipKey>(), 20);
         assert_eq!(size_of::<RangeData>(), 20);
         assert_eq!(size_of::<VipMeta>(), 16);

@@ -11,19 +11,26 @@ use aya_ebpf::{
 };
 use lb_common::{AddrKey, GLOBAL_FIB_LOOKUP, NEXTHOP_TTL_NS, NextHop};
 
+use crate::ip::IpHeader;
 use crate::maps::NEXTHOPS;
 use crate::parse::Packet;
 
-const AF_INET: u8 = 2;
 const BPF_FIB_LKUP_RET_SUCCESS: i64 = 0;
 
 /// The next hop towards `dst`: from the cache while fresh, else from the FIB as if the
 /// packet arrived on the ingress interface. `None` means "let the kernel do it" (no
 /// neighbour entry yet, no route, forwarding disabled...); failures are never cached.
 #[inline(always)]
-pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<NextHop> {
+pub fn lookup<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    src: &[u32; 4],
+    dst: &[u32; 4],
+) -> Option<NextHop> {
     let key = AddrKey {
-        addr: [dst, 0, 0, 0],
+        addr: *dst,
+        family: H::FAMILY,
+        pad: [0; 3],
     };
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(hop) = unsafe { NEXTHOPS.get(&key) } {
@@ -33,14 +40,13 @@ pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<Next
     }
     crate::stats::global(GLOBAL_FIB_LOOKUP);
     let mut params: FibParams = unsafe { mem::zeroed() };
-    params.family = AF_INET;
+    params.family = H::AF;
     params.l4_protocol = pkt.proto;
     params.sport = pkt.sport;
     params.dport = pkt.dport;
-    params.__bindgen_anon_1.tot_len = u16::from_be(unsafe { (*pkt.ip).tot_len });
+    params.__bindgen_anon_1.tot_len = unsafe { H::tot_len(pkt.ip) };
     params.ifindex = ctx.ingress_ifindex() as u32;
-    params.__bindgen_anon_3.ipv4_src = src;
-    params.__bindgen_anon_4.ipv4_dst = dst;
+    H::fib_addrs(&mut params, src, dst);
     let rc = unsafe {
         bpf_fib_lookup(
             ctx.as_ptr(),
@@ -64,7 +70,7 @@ pub fn lookup(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> Option<Next
 
 /// Writes the next hop's MACs and returns XDP_TX (same interface) or XDP_REDIRECT.
 #[inline(always)]
-pub fn transmit(ctx: &XdpContext, pkt: &Packet, hop: &NextHop) -> u32 {
+pub fn transmit<H>(ctx: &XdpContext, pkt: &Packet<H>, hop: &NextHop) -> u32 {
     unsafe {
         (*pkt.eth).dst = hop.dmac;
         (*pkt.eth).src = hop.smac;

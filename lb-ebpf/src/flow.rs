@@ -1,6 +1,6 @@
 //! Backend choice: connection table first, Maglev on a miss or a TCP SYN.
 
-use lb_common::{BackendSlot, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
+use lb_common::{BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
 
 use crate::maps::{BACKENDS, CONNS, MAGLEV};
 
@@ -12,7 +12,8 @@ pub struct Choice {
     pub ct_miss: bool,
 }
 
-/// Mixes the 5-tuple into a well-spread 32-bit hash (murmur3 finaliser per word).
+/// Mixes the 5-tuple into a well-spread 32-bit hash (murmur3 finaliser per word). IPv4
+/// mixes the one address word it has; IPv6 all four.
 #[inline(always)]
 fn hash(key: &FlowKey) -> u32 {
     #[inline(always)]
@@ -26,6 +27,14 @@ fn hash(key: &FlowKey) -> u32 {
     let mut h = 0x9747_b28c;
     h = mix(h, key.src[0]);
     h = mix(h, key.dst[0]);
+    if key.family == FAMILY_V6 {
+        let mut i = 1;
+        while i < 4 {
+            h = mix(h, key.src[i]);
+            h = mix(h, key.dst[i]);
+            i += 1;
+        }
+    }
     h = mix(h, ((key.sport as u32) << 16) | key.dport as u32);
     h = mix(h, key.proto as u32);
     h ^= h >> 16;

@@ -30,6 +30,36 @@ pub struct Ipv4Hdr {
     pub daddr: u32,
 }
 
+/// IPv6 fixed header.
+#[repr(C)]
+pub struct Ipv6Hdr {
+    /// Version (4 bits), traffic class (8), flow label (20).
+    pub ver_tc_flow: u32,
+    pub payload_len: u16,
+    pub nexthdr: u8,
+    pub hop_limit: u8,
+    pub saddr: [u32; 4],
+    pub daddr: [u32; 4],
+}
+
+/// The first two bytes every walked IPv6 extension header starts with (hop-by-hop,
+/// routing, destination options): next header and length in 8-byte units, not counting
+/// the first 8.
+#[repr(C)]
+pub struct Ipv6ExtHdr {
+    pub nexthdr: u8,
+    pub len: u8,
+}
+
+/// The start of an IPv6 routing header.
+#[repr(C)]
+pub struct Ipv6RoutingHdr {
+    pub nexthdr: u8,
+    pub len: u8,
+    pub kind: u8,
+    pub segments_left: u8,
+}
+
 /// TCP header without options.
 #[repr(C)]
 pub struct TcpHdr {
@@ -64,11 +94,28 @@ pub struct IcmpHdr {
 }
 
 pub const ETH_P_IP: u16 = 0x0800u16.to_be();
+pub const ETH_P_IPV6: u16 = 0x86ddu16.to_be();
 pub const ETH_P_8021Q: u16 = 0x8100u16.to_be();
 pub const ETH_P_8021AD: u16 = 0x88a8u16.to_be();
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_ICMPV6: u8 = 58;
+/// IPv6 extension headers the parser walks.
+pub const IPV6_HOPOPTS: u8 = 0;
+pub const IPV6_ROUTING: u8 = 43;
+pub const IPV6_DSTOPTS: u8 = 60;
+/// IPv6 fragment header: the packet goes to the kernel.
+pub const IPV6_FRAGMENT: u8 = 44;
+/// IPv6 headers the parser does not walk (AH, Mobility, HIP, Shim6, experimental): the
+/// packet goes to the kernel.
+pub const IPV6_UNWALKED: [u8; 6] = [51, 135, 139, 140, 253, 254];
+/// ICMPv6 neighbour discovery types (router solicitation ..= redirect): always the
+/// kernel's, even when addressed to a VIP.
+pub const ICMPV6_ND_FIRST: u8 = 133;
+pub const ICMPV6_ND_LAST: u8 = 137;
+/// Length of the IPv6 fixed header.
+pub const IPV6_HDR_LEN: usize = 40;
 /// MF flag and fragment offset bits of `frag_off`, in network order.
 pub const IP_FRAG_MASK: u16 = 0x3fffu16.to_be();
 pub const TCP_SYN: u8 = 0x02;

@@ -1,7 +1,8 @@
 //! The XDP data path of Network vServices.
 //!
-//! Per packet: parse, find the VIP, choose the backend (connection table, then Maglev),
-//! rewrite (NAT or DSR) and forward with the kernel's next hop. Anything that is not for a
+//! Per packet, IPv4 or IPv6: parse, find the VIP, choose the backend (connection table,
+//! then Maglev), rewrite (NAT or DSR) and forward with the kernel's next hop. The path is
+//! written once over [`ip::IpHeader`] and compiled for each family. Anything that is not for a
 //! VIP, or that the program cannot handle, goes to the kernel untouched.
 #![no_std]
 #![no_main]
@@ -10,8 +11,10 @@ mod csum;
 mod fib;
 mod flow;
 mod headers;
+mod ip;
 mod maps;
 mod parse;
+mod parse6;
 mod rewrite;
 mod stats;
 
@@ -19,53 +22,66 @@ use aya_ebpf::{bindings::xdp_action, btf_maps::lpm_trie::Key, macros::xdp, progr
 use lb_common::*;
 
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
+use crate::ip::{IpHeader, Side};
 use crate::maps::{ADDRS, NAT_REV, RANGES, VIPS};
-use crate::parse::{Packet, Skip};
-use crate::rewrite::Side;
+use crate::parse::{Packet, Parsed, Skip};
 
 /// The balancer program.
 #[xdp]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
-    let pkt = match parse::parse(&ctx) {
-        Ok(pkt) => pkt,
+    match parse::parse(&ctx) {
+        Ok(Parsed::V4(pkt)) => balance(&ctx, &pkt),
+        Ok(Parsed::V6(pkt)) => balance(&ctx, &pkt),
         Err(skip) => {
             stats::global(match skip {
                 Skip::Malformed => GLOBAL_MALFORMED,
-                Skip::NotIpv4 => GLOBAL_NOT_IPV4,
+                Skip::NotIp => GLOBAL_NOT_IP,
                 Skip::Fragment => GLOBAL_FRAGMENT,
+                Skip::Ipv6Ext => GLOBAL_IPV6_EXT,
+                Skip::Neighbour => GLOBAL_NO_VIP,
             });
-            return xdp_action::XDP_PASS;
+            xdp_action::XDP_PASS
         }
-    };
-    if let Some(meta) = find_vip(&pkt) {
-        return to_backend(&ctx, &pkt, &meta);
     }
-    nat_reply(&ctx, &pkt)
+}
+
+/// One parsed packet of either family: to a VIP, a NAT reply, or the kernel's.
+#[inline(always)]
+fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
+    if let Some(meta) = find_vip(pkt) {
+        return to_backend(ctx, pkt, &meta);
+    }
+    nat_reply(ctx, pkt)
 }
 
 /// Exact VIP first (one lookup for most VIP traffic), then, for addresses that have them,
 /// Port Range and ANY-L3 entries.
 #[inline(always)]
-fn find_vip(pkt: &Packet) -> Option<VipMeta> {
-    let addr = [pkt.daddr, 0, 0, 0];
+fn find_vip<H: IpHeader>(pkt: &Packet<H>) -> Option<VipMeta> {
+    let addr = pkt.daddr;
     let has_ports = pkt.proto == IPPROTO_TCP || pkt.proto == IPPROTO_UDP;
     if has_ports {
         let key = VipKey {
             addr,
             port: pkt.dport,
             proto: pkt.proto,
-            family: FAMILY_V4,
+            family: H::FAMILY,
         };
         if let Some(meta) = unsafe { VIPS.get(&key) } {
             return Some(*meta);
         }
     }
-    let roles = *unsafe { ADDRS.get(&AddrKey { addr }) }?;
+    let addr_key = AddrKey {
+        addr,
+        family: H::FAMILY,
+        pad: [0; 3],
+    };
+    let roles = *unsafe { ADDRS.get(&addr_key) }?;
     if has_ports && roles & ADDR_VIP_RANGE != 0 {
         let data = RangeData {
             addr,
             proto: pkt.proto,
-            pad: 0,
+            family: H::FAMILY,
             port: pkt.dport,
         };
         let key = Key::new(RANGE_PREFIX_BASE + 16, data);
@@ -78,7 +94,7 @@ fn find_vip(pkt: &Packet) -> Option<VipMeta> {
             addr,
             port: 0,
             proto: PROTO_ANY,
-            family: FAMILY_V4,
+            family: H::FAMILY,
         };
         if let Some(meta) = unsafe { VIPS.get(&key) } {
             return Some(*meta);
@@ -89,19 +105,19 @@ fn find_vip(pkt: &Packet) -> Option<VipMeta> {
 
 /// Client -> VIP: choose a backend and forward.
 #[inline(always)]
-fn to_backend(ctx: &XdpContext, pkt: &Packet, meta: &VipMeta) -> u32 {
+fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) -> u32 {
     let dsr = meta.flags & VIP_F_DSR != 0;
-    if !dsr && unsafe { (*pkt.ip).ttl } <= 1 {
+    if !dsr && unsafe { H::hop_limit(pkt.ip) } <= 1 {
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
     let key = FlowKey {
-        src: [pkt.saddr, 0, 0, 0],
-        dst: [pkt.daddr, 0, 0, 0],
+        src: pkt.saddr,
+        dst: pkt.daddr,
         sport: pkt.sport,
         dport: pkt.dport,
         proto: pkt.proto,
-        family: FAMILY_V4,
+        family: H::FAMILY,
         pad: 0,
     };
     let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
@@ -115,9 +131,9 @@ fn to_backend(ctx: &XdpContext, pkt: &Packet, meta: &VipMeta) -> u32 {
         ct_miss: choice.ct_miss,
     };
     stats::forwarded(meta.vip_id, choice.slot, &ev);
-    let backend_addr = choice.backend.addr[0];
+    let backend_addr = choice.backend.addr;
     if dsr {
-        return match fib::lookup(ctx, pkt, pkt.saddr, backend_addr) {
+        return match fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr) {
             Some(hop) => fib::transmit(ctx, pkt, &hop),
             None => {
                 stats::global(GLOBAL_FIB_PASS);
@@ -132,16 +148,16 @@ fn to_backend(ctx: &XdpContext, pkt: &Packet, meta: &VipMeta) -> u32 {
             choice.backend.port
         };
         let rev_key = FlowKey {
-            src: [backend_addr, 0, 0, 0],
-            dst: [pkt.saddr, 0, 0, 0],
+            src: backend_addr,
+            dst: pkt.saddr,
             sport: port,
             dport: pkt.sport,
             proto: pkt.proto,
-            family: FAMILY_V4,
+            family: H::FAMILY,
             pad: 0,
         };
         let rev = NatReverse {
-            vip_addr: [pkt.daddr, 0, 0, 0],
+            vip_addr: pkt.daddr,
             vip_port: pkt.dport,
             pad: 0,
             vip_id: meta.vip_id,
@@ -153,30 +169,30 @@ fn to_backend(ctx: &XdpContext, pkt: &Packet, meta: &VipMeta) -> u32 {
         ctx,
         pkt,
         Side::Destination,
-        backend_addr,
+        &backend_addr,
         choice.backend.port,
     );
-    forward(ctx, pkt, pkt.saddr, backend_addr)
+    forward(ctx, pkt, &pkt.saddr, &backend_addr)
 }
 
 /// Backend -> client in NAT mode: put the VIP back as the source. Anything without a
 /// reverse entry is not ours and goes to the kernel untouched.
 #[inline(always)]
-fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> u32 {
+fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     let key = FlowKey {
-        src: [pkt.saddr, 0, 0, 0],
-        dst: [pkt.daddr, 0, 0, 0],
+        src: pkt.saddr,
+        dst: pkt.daddr,
         sport: pkt.sport,
         dport: pkt.dport,
         proto: pkt.proto,
-        family: FAMILY_V4,
+        family: H::FAMILY,
         pad: 0,
     };
     let Some(rev) = (unsafe { NAT_REV.get(&key) }).copied() else {
         stats::global(GLOBAL_NO_VIP);
         return xdp_action::XDP_PASS;
     };
-    if unsafe { (*pkt.ip).ttl } <= 1 {
+    if unsafe { H::hop_limit(pkt.ip) } <= 1 {
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
@@ -192,16 +208,17 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> u32 {
     } else {
         0
     };
-    rewrite::nat(ctx, pkt, Side::Source, rev.vip_addr[0], port);
-    forward(ctx, pkt, rev.vip_addr[0], pkt.daddr)
+    rewrite::nat(ctx, pkt, Side::Source, &rev.vip_addr, port);
+    forward(ctx, pkt, &rev.vip_addr, &pkt.daddr)
 }
 
-/// After a NAT rewrite: next hop, TTL, MACs; the kernel forwards what XDP cannot.
+/// After a NAT rewrite: next hop, TTL or hop limit, MACs; the kernel forwards what XDP
+/// cannot.
 #[inline(always)]
-fn forward(ctx: &XdpContext, pkt: &Packet, src: u32, dst: u32) -> u32 {
+fn forward<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, src: &[u32; 4], dst: &[u32; 4]) -> u32 {
     match fib::lookup(ctx, pkt, src, dst) {
         Some(hop) => {
-            rewrite::decrement_ttl(pkt);
+            unsafe { H::decrement_hop_limit(pkt.ip) };
             fib::transmit(ctx, pkt, &hop)
         }
         None => {

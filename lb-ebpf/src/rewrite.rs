@@ -1,45 +1,31 @@
-//! Header rewrites for NAT: addresses, ports, TTL, with incremental checksum updates.
+//! Header rewrites for NAT: addresses and ports, with incremental checksum updates.
 
 use aya_ebpf::programs::XdpContext;
 
 use crate::csum;
 use crate::headers::*;
+use crate::ip::{IpHeader, Side, replace_addr};
 use crate::parse::{Packet, ptr_at};
 
-/// Which address of the IPv4 header a NAT rewrite changes.
-pub enum Side {
-    /// Client -> VIP becomes client -> backend.
-    Destination,
-    /// Backend -> client becomes VIP -> client.
-    Source,
-}
-
 /// Rewrites one address and (for TCP/UDP, when `port != 0`) the port on the same side,
-/// fixing the IPv4 and L4 checksums incrementally.
+/// fixing the IPv4 header checksum and the transport checksum incrementally (ICMPv6's
+/// too: its pseudo-header covers the addresses).
 #[inline(always)]
-pub fn nat(ctx: &XdpContext, pkt: &Packet, side: Side, addr: u32, port: u16) {
-    let ip = pkt.ip;
+pub fn nat<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, side: Side, addr: &[u32; 4], port: u16) {
     let (old_addr, old_port) = match side {
-        Side::Destination => (pkt.daddr, pkt.dport),
-        Side::Source => (pkt.saddr, pkt.sport),
+        Side::Destination => (&pkt.daddr, pkt.dport),
+        Side::Source => (&pkt.saddr, pkt.sport),
     };
     let new_port = if port == 0 { old_port } else { port };
-    unsafe {
-        match side {
-            Side::Destination => (*ip).daddr = addr,
-            Side::Source => (*ip).saddr = addr,
-        }
-        (*ip).check = csum::replace4((*ip).check, old_addr, addr);
-    }
+    unsafe { H::set_addr(pkt.ip, side, old_addr, addr) };
     match pkt.proto {
         IPPROTO_TCP => {
             let Some(tcp) = ptr_at::<TcpHdr>(ctx.data(), ctx.data_end(), pkt.l4_off) else {
                 return;
             };
             unsafe {
-                let mut check = csum::replace4((*tcp).check, old_addr, addr);
-                check = csum::replace2(check, old_port, new_port);
-                (*tcp).check = check;
+                let check = replace_addr::<H>((*tcp).check, old_addr, addr);
+                (*tcp).check = csum::replace2(check, old_port, new_port);
                 match side {
                     Side::Destination => (*tcp).dport = new_port,
                     Side::Source => (*tcp).sport = new_port,
@@ -51,10 +37,11 @@ pub fn nat(ctx: &XdpContext, pkt: &Packet, side: Side, addr: u32, port: u16) {
                 return;
             };
             unsafe {
-                // A zero UDP checksum means "none" and stays zero.
+                // A zero UDP checksum means "none" (IPv4 only; the parser refuses it in
+                // IPv6) and stays zero.
                 if (*udp).check != 0 {
-                    let mut check = csum::replace4((*udp).check, old_addr, addr);
-                    check = csum::replace2(check, old_port, new_port);
+                    let check = replace_addr::<H>((*udp).check, old_addr, addr);
+                    let check = csum::replace2(check, old_port, new_port);
                     (*udp).check = if check == 0 { 0xffff } else { check };
                 }
                 match side {
@@ -63,21 +50,13 @@ pub fn nat(ctx: &XdpContext, pkt: &Packet, side: Side, addr: u32, port: u16) {
                 }
             }
         }
+        p if p == H::ICMP && H::ICMP_PSEUDO_HEADER => {
+            let Some(icmp) = ptr_at::<IcmpHdr>(ctx.data(), ctx.data_end(), pkt.l4_off) else {
+                return;
+            };
+            unsafe { (*icmp).check = replace_addr::<H>((*icmp).check, old_addr, addr) };
+        }
         // ICMP and other protocols have no pseudo-header in their checksum.
         _ => {}
-    }
-}
-
-/// Decrements the TTL like a router, fixing the header checksum.
-#[inline(always)]
-pub fn decrement_ttl(pkt: &Packet) {
-    let ip = pkt.ip;
-    unsafe {
-        // TTL and protocol form one 16-bit word of the checksummed header.
-        let word = (&raw const (*ip).ttl) as *const u16;
-        let old = core::ptr::read_unaligned(word);
-        (*ip).ttl -= 1;
-        let new = core::ptr::read_unaligned(word);
-        (*ip).check = csum::replace2((*ip).check, old, new);
     }
 }

@@ -350,19 +350,72 @@ fn any_l3_backend_must_use_port_zero() {
 }
 
 #[test]
-fn ipv6_vservice_address_is_rejected() {
+fn ipv6_vip_with_ipv4_backends_is_rejected() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]"]);
     let text = with_backends(&more).replace("\"192.0.2.1\"", "\"2001:db8::1\"");
-    let words = "IPv6 is not supported by the XDP data path yet";
-    assert_issue(&text, "vservice[0].address", 24, words);
+    let words = "backend service `web1` has IPv4 address 10.0.1.1 but the VIP 2001:db8::1 is IPv6: \
+                 a Network vService forwards within one family (no NAT46)";
+    assert_issue(&text, "vservice[0].backends[0]", 26, words);
 }
 
 #[test]
-fn ipv6_backend_in_network_vservice_is_rejected() {
+fn ipv6_backend_of_an_ipv4_vip_is_rejected() {
     let more = vservice(&["port = 80", "backends = [\"web1\", \"web2\"]"]);
     let text = with_backends(&more).replace("\"10.0.1.2\"", "\"2001:db8::2\"");
-    let words = "backend service `web2` has address 2001:db8::2: IPv6 is not supported by the XDP data path yet";
+    let words = "backend service `web2` has IPv6 address 2001:db8::2 but the VIP 192.0.2.1 is IPv4";
     assert_issue(&text, "vservice[0].backends[1]", 26, words);
+}
+
+#[test]
+fn ipv6_network_vservice_with_ipv6_backends_is_accepted() {
+    let more = vservice(&["port = 80", "backends = [\"web1\", \"web2\"]"]);
+    let text = with_backends(&more)
+        .replace("\"192.0.2.1\"", "\"2001:db8::1\"")
+        .replace("\"10.0.1.1\"", "\"2001:db8:1::1\"")
+        .replace("\"10.0.1.2\"", "\"2001:db8:1::2\"");
+    let cfg = parse(&text, "lb.toml").expect("an IPv6 vService over IPv6 backends");
+    assert_eq!(
+        cfg.vservices[0].address,
+        "2001:db8::1".parse::<std::net::IpAddr>().unwrap()
+    );
+}
+
+#[test]
+fn link_local_vip_is_rejected() {
+    let more = vservice(&["port = 80", "backends = [\"web1\"]"]);
+    let text = with_backends(&more).replace("\"192.0.2.1\"", "\"fe80::1\"");
+    assert_issue(
+        &text,
+        "vservice[0].address",
+        24,
+        "fe80::1: a link-local address is scoped",
+    );
+}
+
+#[test]
+fn zone_scoped_address_is_rejected() {
+    let more = vservice(&["port = 80", "backends = [\"web1\"]"]);
+    let text = with_backends(&more).replace("\"192.0.2.1\"", "\"fe80::1%eth0\"");
+    assert_issue(
+        &text,
+        "vservice[0].address",
+        24,
+        "`fe80::1%eth0` has a zone index",
+    );
+}
+
+#[test]
+fn link_local_backend_of_a_network_vservice_is_rejected() {
+    let more = vservice(&["port = 80", "backends = [\"web2\"]"]);
+    let text = with_backends(&more)
+        .replace("\"192.0.2.1\"", "\"2001:db8::1\"")
+        .replace("\"10.0.1.2\"", "\"fe80::2\"");
+    assert_issue(
+        &text,
+        "vservice[0].backends[0]",
+        26,
+        "backend service `web2` has address fe80::2: a link-local address",
+    );
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! A deterministic routing environment for `bpf_fib_lookup` in packet fixtures.
 //!
 //! One network namespace holds two veth pairs whose both ends stay inside it: the client
-//! side (`fxc`, 10.0.0.1/24) and the backend side (`fxb`, 10.1.0.1/24), with fixed MACs and
-//! PERMANENT neighbour entries, so the next hop of every address is known in advance. One
-//! backend address (10.1.0.99) deliberately has no neighbour: its lookup fails. The calling
+//! side (`fxc`, 10.0.0.1/24 and fd00:c::1/64) and the backend side (`fxb`, 10.1.0.1/24 and
+//! fd00:b::1/64), with fixed MACs and PERMANENT neighbour entries, so the next hop of every
+//! address is known in advance; IPv4 and IPv6 forwarding are on. One backend address per
+//! family (10.1.0.99, fd00:b::99) deliberately has no neighbour: its lookup fails. The calling
 //! thread enters the namespace (BPF_PROG_TEST_RUN resolves the ingress ifindex and runs the
 //! fib lookup in the caller's namespace) and leaves it, and the namespace is deleted, on drop.
 
 use std::fs::File;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
@@ -45,6 +46,30 @@ pub const BACKENDS: [(Ipv4Addr, Mac); 3] = [
 /// A backend address on `fxb`'s subnet with no neighbour entry: its fib lookup fails.
 pub const UNRESOLVED_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
 
+/// The balancer's IPv6 address on the client side (fd00:c::1/64 on `fxc`).
+pub const LB_CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xc, 0, 0, 0, 0, 0, 1);
+/// The balancer's IPv6 address on the backend side (fd00:b::1/64 on `fxb`).
+pub const LB_BACKEND_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 1);
+/// The client's IPv6 address (permanent neighbour on `fxc` with `CLIENT_MAC`).
+pub const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xc, 0, 0, 0, 0, 0, 2);
+/// IPv6 backends with permanent neighbours on `fxb`, with the MACs of `BACKENDS` (same order).
+pub const BACKENDS6: [(Ipv6Addr, Mac); 3] = [
+    (
+        Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0x11),
+        BACKENDS[0].1,
+    ),
+    (
+        Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0x12),
+        BACKENDS[1].1,
+    ),
+    (
+        Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0x13),
+        BACKENDS[2].1,
+    ),
+];
+/// An IPv6 backend address on `fxb`'s subnet with no neighbour entry: its fib lookup fails.
+pub const UNRESOLVED_BACKEND6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0x99);
+
 /// The namespace, entered by the thread that created it. Drop leaves and deletes it.
 pub struct FixtureEnv {
     name: String,
@@ -70,6 +95,38 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs `sysctl -w key` inside the namespace `ns`.
+fn sysctl(ns: &str, key: &str) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-q", "-w", key])
+        .output()
+        .context("running sysctl")?;
+    if !out.status.success() {
+        bail!(
+            "sysctl {key}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Adds a PERMANENT neighbour entry `addr` -> `lladdr` on `dev`.
+fn neighbour(ns: &str, addr: &str, lladdr: &Mac, dev: &str) -> anyhow::Result<()> {
+    ip(&[
+        "-n",
+        ns,
+        "neigh",
+        "replace",
+        addr,
+        "lladdr",
+        &mac_text(lladdr),
+        "dev",
+        dev,
+        "nud",
+        "permanent",
+    ])
 }
 
 fn setns(file: &File) -> anyhow::Result<()> {
@@ -120,16 +177,33 @@ impl FixtureEnv {
     fn configure(&self) -> anyhow::Result<()> {
         let ns = self.name.as_str();
         let links = [
-            (CLIENT_IF, "fxc-p", LB_CLIENT_MAC, CLIENT_MAC, "10.0.0.1/24"),
+            (
+                CLIENT_IF,
+                "fxc-p",
+                LB_CLIENT_MAC,
+                CLIENT_MAC,
+                "10.0.0.1/24",
+                format!("{LB_CLIENT_IP6}/64"),
+            ),
             (
                 BACKEND_IF,
                 "fxb-p",
                 LB_BACKEND_MAC,
                 BACKEND_PEER_MAC,
                 "10.1.0.1/24",
+                format!("{LB_BACKEND_IP6}/64"),
             ),
         ];
-        for (dev, peer, dev_mac, peer_mac, cidr) in links {
+        // IPv6 on, and forwarding on before any address exists (so no device is a host).
+        for key in [
+            "net.ipv6.conf.all.disable_ipv6=0",
+            "net.ipv6.conf.default.disable_ipv6=0",
+            "net.ipv6.conf.all.forwarding=1",
+            "net.ipv6.conf.default.forwarding=1",
+        ] {
+            sysctl(ns, key)?;
+        }
+        for (dev, peer, dev_mac, peer_mac, cidr, cidr6) in links {
             ip(&[
                 "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", peer,
             ])?;
@@ -154,53 +228,23 @@ impl FixtureEnv {
                 &mac_text(&peer_mac),
             ])?;
             ip(&["-n", ns, "addr", "add", cidr, "dev", dev])?;
+            // nodad: usable at once, never "tentative".
+            ip(&["-n", ns, "-6", "addr", "add", &cidr6, "dev", dev, "nodad"])?;
             ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "dev", peer, "up"])?;
         }
         ip(&["-n", ns, "link", "set", "dev", "lo", "up"])?;
         for dev in ["all", "default", "lo", CLIENT_IF, BACKEND_IF] {
-            let key = format!("net.ipv4.conf.{dev}.forwarding=1");
-            let out = Command::new("ip")
-                .args(["netns", "exec", ns, "sysctl", "-q", "-w", &key])
-                .output()
-                .context("running sysctl")?;
-            if !out.status.success() {
-                bail!(
-                    "sysctl {key}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
+            sysctl(ns, &format!("net.ipv4.conf.{dev}.forwarding=1"))?;
+            sysctl(ns, &format!("net.ipv6.conf.{dev}.forwarding=1"))?;
         }
-        let client = CLIENT_IP.to_string();
-        let client_mac = mac_text(&CLIENT_MAC);
-        ip(&[
-            "-n",
-            ns,
-            "neigh",
-            "replace",
-            &client,
-            "lladdr",
-            &client_mac,
-            "dev",
-            CLIENT_IF,
-            "nud",
-            "permanent",
-        ])?;
+        neighbour(ns, &CLIENT_IP.to_string(), &CLIENT_MAC, CLIENT_IF)?;
+        neighbour(ns, &CLIENT_IP6.to_string(), &CLIENT_MAC, CLIENT_IF)?;
         for (addr, m) in BACKENDS {
-            let (a, m) = (addr.to_string(), mac_text(&m));
-            ip(&[
-                "-n",
-                ns,
-                "neigh",
-                "replace",
-                &a,
-                "lladdr",
-                &m,
-                "dev",
-                BACKEND_IF,
-                "nud",
-                "permanent",
-            ])?;
+            neighbour(ns, &addr.to_string(), &m, BACKEND_IF)?;
+        }
+        for (addr, m) in BACKENDS6 {
+            neighbour(ns, &addr.to_string(), &m, BACKEND_IF)?;
         }
         Ok(())
     }
@@ -260,6 +304,40 @@ mod tests {
             "{neigh}"
         );
         assert!(!neigh.contains("10.1.0.99"), "{neigh}");
+        // IPv6: connected routes, permanent neighbours, forwarding, no tentative address.
+        assert!(route("fd00:b::11").contains("dev fxb"));
+        assert!(route("fd00:b::99").contains("dev fxb"));
+        assert!(route("fd00:c::2").contains("dev fxc"));
+        for (addr, m) in BACKENDS6 {
+            let want = format!("{addr} lladdr {} PERMANENT", mac_text(&m));
+            assert!(neigh.contains(&want), "{want} in {neigh}");
+        }
+        assert!(neigh.contains("fd00:b::13 lladdr 02:00:00:00:01:13 PERMANENT"));
+        assert!(!neigh.contains("fd00:b::99"), "{neigh}");
+        let neigh_c = Command::new("ip")
+            .args(["-n", &name, "neigh", "show", "dev", "fxc"])
+            .output()
+            .unwrap();
+        let neigh_c = String::from_utf8_lossy(&neigh_c.stdout).into_owned();
+        assert!(
+            neigh_c.contains("fd00:c::2 lladdr 02:00:00:00:0c:02 PERMANENT"),
+            "{neigh_c}"
+        );
+        let addrs = Command::new("ip")
+            .args(["-n", &name, "-6", "addr", "show", "dev", "fxb"])
+            .output()
+            .unwrap();
+        let addrs = String::from_utf8_lossy(&addrs.stdout).into_owned();
+        let global = addrs.lines().find(|l| l.contains("inet6 fd00:b::1/64"));
+        assert!(global.is_some_and(|l| !l.contains("tentative")), "{addrs}");
+        for dev in ["all", CLIENT_IF, BACKEND_IF] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &name, "sysctl", "-n"])
+                .arg(format!("net.ipv6.conf.{dev}.forwarding"))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{dev}");
+        }
         drop(env);
         assert!(!Path::new("/var/run/netns").join(&name).exists());
     }

@@ -1,5 +1,6 @@
-//! A small frame builder for the XDP fixtures: Ethernet (+ 802.1Q / 802.1ad tags), IPv4
-//! (options, flags, fragment offset, TTL, id) and TCP / UDP / ICMP echo, with every checksum
+//! A small frame builder for the XDP fixtures: Ethernet (+ 802.1Q / 802.1ad tags, trailing
+//! padding), IPv4 (options, flags, fragment offset, TTL, id), IPv6 (traffic class, flow
+//! label, hop limit, extension headers) and TCP / UDP / ICMP(v6) echo, with every checksum
 //! computed from scratch, plus a field-by-field decoder so failures read as a diff.
 //!
 //! A fixture builds its input frame, clones it, changes the fields the data path must
@@ -8,11 +9,22 @@
 
 pub mod checksum;
 pub mod decode;
+mod decode6;
+mod frame6;
+pub mod ipv4;
+pub mod ipv6;
+pub mod l4;
 
 use std::net::Ipv4Addr;
 
-pub use checksum::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+pub use checksum::{PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Pseudo};
 pub use decode::{describe, diff};
+pub use ipv4::Ipv4;
+pub use ipv6::{
+    ExtHeader, ICMP6_ECHO_REPLY, ICMP6_ECHO_REQUEST, Ipv6, NH_AH, NH_DEST_OPTS, NH_FRAGMENT,
+    NH_HOP_BY_HOP, NH_ROUTING,
+};
+pub use l4::{Icmp, L4, Tcp, Udp};
 
 /// Ethertype of IPv4.
 pub const ETH_P_IPV4: u16 = 0x0800;
@@ -59,6 +71,9 @@ pub struct Frame {
     pub vlans: Vec<VlanTag>,
     /// What follows the (last) ethertype.
     pub body: Body,
+    /// Bytes after the packet (Ethernet padding or a trailer), not counted by any IP
+    /// length field.
+    pub padding: Vec<u8>,
 }
 
 /// The frame's payload after the Ethernet header and tags.
@@ -66,211 +81,15 @@ pub struct Frame {
 pub enum Body {
     /// An IPv4 packet.
     Ipv4(Ipv4),
-    /// Any other ethertype with raw bytes (ARP, IPv6...).
+    /// An IPv6 packet.
+    Ipv6(Ipv6),
+    /// Any other ethertype with raw bytes (ARP, LLDP...).
     Raw {
         /// The ethertype.
         ethertype: u16,
         /// The bytes after it.
         bytes: Vec<u8>,
     },
-}
-
-/// An IPv4 packet.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ipv4 {
-    /// Type of service / DSCP+ECN byte.
-    pub tos: u8,
-    /// Identification.
-    pub id: u16,
-    /// Don't Fragment flag.
-    pub dont_fragment: bool,
-    /// More Fragments flag.
-    pub more_fragments: bool,
-    /// Fragment offset in 8-byte units.
-    pub frag_offset: u16,
-    /// Time to live.
-    pub ttl: u8,
-    /// Source address.
-    pub src: Ipv4Addr,
-    /// Destination address.
-    pub dst: Ipv4Addr,
-    /// Options, padded with zeros (End of Options) to a multiple of 4 when serialised.
-    pub options: Vec<u8>,
-    /// Writes this IHL instead of the real one (for malformed-header fixtures).
-    pub ihl_override: Option<u8>,
-    /// The transport part.
-    pub l4: L4,
-}
-
-/// The transport part of an IPv4 packet.
-#[derive(Clone, Debug, PartialEq)]
-pub enum L4 {
-    /// TCP segment.
-    Tcp(Tcp),
-    /// UDP datagram.
-    Udp(Udp),
-    /// ICMP echo request or reply.
-    Icmp(Icmp),
-}
-
-/// A TCP segment.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Tcp {
-    /// Source port.
-    pub sport: u16,
-    /// Destination port.
-    pub dport: u16,
-    /// Sequence number.
-    pub seq: u32,
-    /// Acknowledgement number.
-    pub ack: u32,
-    /// Flag bits (`TCP_*`).
-    pub flags: u8,
-    /// Receive window.
-    pub window: u16,
-    /// Options, padded with zeros to a multiple of 4 when serialised.
-    pub options: Vec<u8>,
-    /// Payload.
-    pub payload: Vec<u8>,
-}
-
-/// A UDP datagram.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Udp {
-    /// Source port.
-    pub sport: u16,
-    /// Destination port.
-    pub dport: u16,
-    /// Send checksum 0 ("no checksum", allowed for UDP over IPv4).
-    pub no_checksum: bool,
-    /// Payload.
-    pub payload: Vec<u8>,
-}
-
-/// An ICMP echo message.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Icmp {
-    /// Type: 8 echo request, 0 echo reply.
-    pub kind: u8,
-    /// Code (0 for echo).
-    pub code: u8,
-    /// Echo identifier.
-    pub ident: u16,
-    /// Echo sequence number.
-    pub seq: u16,
-    /// Payload.
-    pub payload: Vec<u8>,
-}
-
-impl Ipv4 {
-    /// A plain IPv4 header (TTL 64, DF set, id 1) around `l4`.
-    pub fn new(src: Ipv4Addr, dst: Ipv4Addr, l4: L4) -> Self {
-        Self {
-            tos: 0,
-            id: 1,
-            dont_fragment: true,
-            more_fragments: false,
-            frag_offset: 0,
-            ttl: 64,
-            src,
-            dst,
-            options: Vec::new(),
-            ihl_override: None,
-            l4,
-        }
-    }
-
-    /// The IP protocol number of the transport part.
-    pub fn proto(&self) -> u8 {
-        match self.l4 {
-            L4::Tcp(_) => PROTO_TCP,
-            L4::Udp(_) => PROTO_UDP,
-            L4::Icmp(_) => PROTO_ICMP,
-        }
-    }
-
-    /// Serialises the transport part with its checksum computed from scratch.
-    fn l4_bytes(&self) -> Vec<u8> {
-        match &self.l4 {
-            L4::Tcp(t) => {
-                let opts = padded(&t.options);
-                let doff = (20 + opts.len()) / 4;
-                let mut b = Vec::with_capacity(20 + opts.len() + t.payload.len());
-                b.extend_from_slice(&t.sport.to_be_bytes());
-                b.extend_from_slice(&t.dport.to_be_bytes());
-                b.extend_from_slice(&t.seq.to_be_bytes());
-                b.extend_from_slice(&t.ack.to_be_bytes());
-                b.push((doff as u8) << 4);
-                b.push(t.flags);
-                b.extend_from_slice(&t.window.to_be_bytes());
-                b.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
-                b.extend_from_slice(&opts);
-                b.extend_from_slice(&t.payload);
-                let c = checksum::tcp_checksum(self.src, self.dst, &b);
-                b[16..18].copy_from_slice(&c.to_be_bytes());
-                b
-            }
-            L4::Udp(u) => {
-                let len = (8 + u.payload.len()) as u16;
-                let mut b = Vec::with_capacity(usize::from(len));
-                b.extend_from_slice(&u.sport.to_be_bytes());
-                b.extend_from_slice(&u.dport.to_be_bytes());
-                b.extend_from_slice(&len.to_be_bytes());
-                b.extend_from_slice(&[0, 0]);
-                b.extend_from_slice(&u.payload);
-                if !u.no_checksum {
-                    let c = checksum::udp_checksum(self.src, self.dst, &b);
-                    b[6..8].copy_from_slice(&c.to_be_bytes());
-                }
-                b
-            }
-            L4::Icmp(i) => {
-                let mut b = vec![i.kind, i.code, 0, 0];
-                b.extend_from_slice(&i.ident.to_be_bytes());
-                b.extend_from_slice(&i.seq.to_be_bytes());
-                b.extend_from_slice(&i.payload);
-                let c = checksum::internet_checksum(&b);
-                b[2..4].copy_from_slice(&c.to_be_bytes());
-                b
-            }
-        }
-    }
-
-    /// Serialises the packet: header (checksum from scratch) then transport part.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let opts = padded(&self.options);
-        let ihl = self.ihl_override.unwrap_or(((20 + opts.len()) / 4) as u8);
-        let l4 = self.l4_bytes();
-        let total = (20 + opts.len() + l4.len()) as u16;
-        let flags_frag = (u16::from(self.dont_fragment) << 14)
-            | (u16::from(self.more_fragments) << 13)
-            | (self.frag_offset & 0x1fff);
-        let mut h = Vec::with_capacity(usize::from(total));
-        h.push(0x40 | (ihl & 0x0f));
-        h.push(self.tos);
-        h.extend_from_slice(&total.to_be_bytes());
-        h.extend_from_slice(&self.id.to_be_bytes());
-        h.extend_from_slice(&flags_frag.to_be_bytes());
-        h.push(self.ttl);
-        h.push(self.proto());
-        h.extend_from_slice(&[0, 0]);
-        h.extend_from_slice(&self.src.octets());
-        h.extend_from_slice(&self.dst.octets());
-        h.extend_from_slice(&opts);
-        let c = checksum::internet_checksum(&h);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
-        h.extend_from_slice(&l4);
-        h
-    }
-}
-
-/// Options padded with zero bytes (End of Option List) to a multiple of 4.
-fn padded(opts: &[u8]) -> Vec<u8> {
-    let mut v = opts.to_vec();
-    while !v.len().is_multiple_of(4) {
-        v.push(0);
-    }
-    v
 }
 
 impl Frame {
@@ -281,6 +100,7 @@ impl Frame {
             src_mac,
             vlans: Vec::new(),
             body: Body::Ipv4(ip),
+            padding: Vec::new(),
         }
     }
 
@@ -340,6 +160,7 @@ impl Frame {
             src_mac: macs.0,
             vlans: Vec::new(),
             body: Body::Raw { ethertype, bytes },
+            padding: Vec::new(),
         }
     }
 
@@ -356,8 +177,32 @@ impl Frame {
     pub fn ip(&mut self) -> &mut Ipv4 {
         match &mut self.body {
             Body::Ipv4(ip) => ip,
-            Body::Raw { .. } => panic!("frame has no IPv4 body"),
+            _ => panic!("frame has no IPv4 body"),
         }
+    }
+
+    /// The transport part of an IPv4 or IPv6 frame; panics on any other frame.
+    pub fn l4(&mut self) -> &mut L4 {
+        match &mut self.body {
+            Body::Ipv4(ip) => &mut ip.l4,
+            Body::Ipv6(ip) => &mut ip.l4,
+            Body::Raw { .. } => panic!("frame has no IP body"),
+        }
+    }
+
+    /// Appends `bytes` after the packet (padding or a trailer).
+    pub fn with_padding(mut self, bytes: &[u8]) -> Self {
+        self.padding.extend_from_slice(bytes);
+        self
+    }
+
+    /// Pads the frame with zeros to at least `len` bytes (60: the Ethernet minimum
+    /// without the FCS).
+    pub fn padded_to(mut self, len: usize) -> Self {
+        let have = self.to_bytes().len();
+        self.padding
+            .extend(std::iter::repeat_n(0, len.saturating_sub(have)));
+        self
     }
 
     /// Sets the source MAC and destination MAC.
@@ -377,11 +222,7 @@ impl Frame {
     pub fn with_dst(mut self, addr: Ipv4Addr, port: u16) -> Self {
         let ip = self.ip();
         ip.dst = addr;
-        match &mut ip.l4 {
-            L4::Tcp(t) => t.dport = port,
-            L4::Udp(u) => u.dport = port,
-            L4::Icmp(_) => {}
-        }
+        ip.l4.set_dport(port);
         self
     }
 
@@ -389,11 +230,7 @@ impl Frame {
     pub fn with_src(mut self, addr: Ipv4Addr, port: u16) -> Self {
         let ip = self.ip();
         ip.src = addr;
-        match &mut ip.l4 {
-            L4::Tcp(t) => t.sport = port,
-            L4::Udp(u) => u.sport = port,
-            L4::Icmp(_) => {}
-        }
+        ip.l4.set_sport(port);
         self
     }
 
@@ -411,11 +248,16 @@ impl Frame {
                 b.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
                 b.extend_from_slice(&ip.to_bytes());
             }
+            Body::Ipv6(ip) => {
+                b.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
+                b.extend_from_slice(&ip.to_bytes());
+            }
             Body::Raw { ethertype, bytes } => {
                 b.extend_from_slice(&ethertype.to_be_bytes());
                 b.extend_from_slice(bytes);
             }
         }
+        b.extend_from_slice(&self.padding);
         b
     }
 }

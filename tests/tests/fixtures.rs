@@ -9,6 +9,12 @@
 
 #[path = "fixtures/cases_backends.rs"]
 mod cases_backends;
+#[path = "fixtures/cases_ipv6.rs"]
+mod cases_ipv6;
+#[path = "fixtures/cases_ipv6_edge.rs"]
+mod cases_ipv6_edge;
+#[path = "fixtures/cases_ipv6_parse.rs"]
+mod cases_ipv6_parse;
 #[path = "fixtures/cases_nat.rs"]
 mod cases_nat;
 #[path = "fixtures/cases_parse.rs"]
@@ -19,6 +25,8 @@ mod config;
 mod ctx;
 #[path = "fixtures/frames.rs"]
 mod frames;
+#[path = "fixtures/frames6.rs"]
+mod frames6;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
@@ -85,6 +93,9 @@ fn main() -> ExitCode {
         cases_nat::list(),
         cases_parse::list(),
         cases_backends::list(),
+        cases_ipv6::list(),
+        cases_ipv6_edge::list(),
+        cases_ipv6_parse::list(),
     ]
     .into_iter()
     .flatten()

@@ -1,7 +1,7 @@
 //! What the XDP maps should hold, derived from the configuration and backend health.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 
@@ -14,7 +14,7 @@ pub struct VipPlan {
     /// vService name.
     pub name: String,
     /// The VIP.
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     /// IP protocol (6, 17) or 0 for ANY-L3.
     pub proto: u8,
     /// Inclusive port range; a single port is (p, p); ANY-L3 is (0, 0).
@@ -33,20 +33,13 @@ pub struct BackendPlan {
     /// Backend Service name.
     pub name: String,
     /// Its address.
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     /// Its port (0 keeps the client's destination port).
     pub port: u16,
     /// Maglev weight; 0 drains (flows stay, no new ones).
     pub weight: u32,
     /// False when it may not keep flows (failed, Preparing): its flows re-hash.
     pub active: bool,
-}
-
-fn v4(addr: IpAddr, what: &str) -> Result<Ipv4Addr> {
-    match addr {
-        IpAddr::V4(a) => Ok(a),
-        IpAddr::V6(_) => bail!("{what}: IPv6 is not supported by the XDP data path yet"),
-    }
 }
 
 /// Builds the plan of every Network vService from the selection model, with `health`
@@ -69,7 +62,7 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
         let selection = model.select(&vs.name, health)?;
         let mut vip = VipPlan {
             name: vs.name.clone(),
-            address: v4(vs.address, &format!("vservice {}", vs.name))?,
+            address: vs.address,
             proto,
             ports,
             dsr: vs.forwarding == Forwarding::Dsr,
@@ -93,9 +86,18 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
                     Some(e) => (true, e.weight),
                     None => (selection.drained.iter().any(|d| d == name), 0),
                 };
+                // The configuration refuses this; a plan must never mix families either.
+                if svc.address.is_ipv4() != vs.address.is_ipv4() {
+                    bail!(
+                        "vservice {}: backend service {name} is {} but the VIP is {} (no NAT46)",
+                        vs.name,
+                        family_name(svc.address),
+                        family_name(vs.address)
+                    );
+                }
                 vip.backends.push(BackendPlan {
                     name: svc.name.clone(),
-                    address: v4(svc.address, &format!("backend service {}", svc.name))?,
+                    address: svc.address,
                     port: svc.port,
                     weight,
                     active,
@@ -105,6 +107,10 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
         out.push(vip);
     }
     Ok(out)
+}
+
+fn family_name(a: IpAddr) -> &'static str {
+    if a.is_ipv4() { "IPv4" } else { "IPv6" }
 }
 
 /// Splits an inclusive port range into the fewest aligned prefixes (port, prefix bits).

@@ -3,7 +3,7 @@
 //! `lb status` can show names.
 
 use std::fs;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -22,7 +22,7 @@ pub(crate) struct State {
 pub(crate) struct VipState {
     pub name: String,
     pub vip_id: u32,
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     /// 6, 17, or 0 for ANY-L3.
     pub proto: u8,
     /// Inclusive port range; (0, 0) for ANY-L3.
@@ -39,7 +39,7 @@ pub(crate) struct VipState {
 pub(crate) struct SlotState {
     pub name: String,
     pub slot: u32,
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     pub port: u16,
     pub weight: u32,
     pub active: bool,

@@ -8,9 +8,9 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 9] = [
+const GLOBAL_NAMES: [(&str, u32); 10] = [
     ("malformed", GLOBAL_MALFORMED),
-    ("not_ipv4", GLOBAL_NOT_IPV4),
+    ("not_ip", GLOBAL_NOT_IP),
     ("fragment", GLOBAL_FRAGMENT),
     ("no_vip", GLOBAL_NO_VIP),
     ("no_backend_drop", GLOBAL_NO_BACKEND),
@@ -18,6 +18,7 @@ const GLOBAL_NAMES: [(&str, u32); 9] = [
     ("ttl_expired", GLOBAL_TTL_EXPIRED),
     ("nat_reply", GLOBAL_NAT_REPLY),
     ("fib_lookup", GLOBAL_FIB_LOOKUP),
+    ("ipv6_ext", GLOBAL_IPV6_EXT),
 ];
 
 /// Everything `lb status` shows.

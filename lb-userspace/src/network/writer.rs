@@ -7,12 +7,12 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use anyhow::{Context, Result, bail};
 use aya::maps::{Array, MapData, lpm_trie::Key};
 use lb_common::{
-    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP, BackendSlot, FAMILY_V4,
+    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP, BackendSlot, FAMILY_V4, FAMILY_V6,
     MAX_BACKEND_SLOTS, MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR,
     VipKey, VipMeta,
 };
@@ -25,8 +25,26 @@ use super::state::{SlotState, State, VipState};
 use crate::config::Config;
 use crate::selection::Health;
 
-fn addr_words(a: Ipv4Addr) -> [u32; 4] {
-    [u32::from_ne_bytes(a.octets()), 0, 0, 0]
+/// An address in the maps' 16-byte form (network byte order; IPv4 in word 0) and its
+/// family marker.
+fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
+    match a {
+        IpAddr::V4(a) => ([u32::from_ne_bytes(a.octets()), 0, 0, 0], FAMILY_V4),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            ([word(0), word(4), word(8), word(12)], FAMILY_V6)
+        }
+    }
+}
+
+fn addr_key(a: IpAddr) -> AddrKey {
+    let (addr, family) = addr_words(a);
+    AddrKey {
+        addr,
+        family,
+        pad: [0; 3],
+    }
 }
 
 /// Writes the config's Network vServices; `down` names failed Backend Services (every
@@ -52,7 +70,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let ids = assign_vip_ids(&old, vips)?;
     let mut used_slots: HashSet<u32> = HashSet::new();
     // Slots that keep their owner: same VIP id, address and port.
-    let mut keep: HashMap<(u32, Ipv4Addr, u16), u32> = HashMap::new();
+    let mut keep: HashMap<(u32, IpAddr, u16), u32> = HashMap::new();
     for v in &old.vips {
         for b in &v.backends {
             keep.insert((v.vip_id, b.address, b.port), b.slot);
@@ -77,11 +95,12 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 }
             };
             used_slots.insert(slot);
+            let (addr, family) = addr_words(b.address);
             let entry = BackendSlot {
-                addr: addr_words(b.address),
+                addr,
                 port: b.port.to_be(),
                 flags: if b.active { SLOT_F_ACTIVE } else { 0 },
-                family: FAMILY_V4,
+                family,
                 vip_id,
             };
             dp.maps
@@ -156,7 +175,7 @@ fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
 fn allocate_slot(
     next: &mut u32,
     used: &HashSet<u32>,
-    keep: &HashMap<(u32, Ipv4Addr, u16), u32>,
+    keep: &HashMap<(u32, IpAddr, u16), u32>,
 ) -> Result<u32> {
     let kept: HashSet<u32> = keep.values().copied().collect();
     for pass in 0..2 {
@@ -227,20 +246,20 @@ fn meta(v: &VipState) -> VipMeta {
 }
 
 fn exact_key(v: &VipState) -> Option<VipKey> {
-    let addr = addr_words(v.address);
+    let (addr, family) = addr_words(v.address);
     if v.proto == PROTO_ANY {
         Some(VipKey {
             addr,
             port: 0,
             proto: PROTO_ANY,
-            family: FAMILY_V4,
+            family,
         })
     } else if v.ports.0 == v.ports.1 {
         Some(VipKey {
             addr,
             port: v.ports.0.to_be(),
             proto: v.proto,
-            family: FAMILY_V4,
+            family,
         })
     } else {
         None
@@ -254,10 +273,11 @@ fn range_keys(v: &VipState) -> Vec<Key<RangeData>> {
     range_prefixes(v.ports.0, v.ports.1)
         .into_iter()
         .map(|(port, bits)| {
+            let (addr, family) = addr_words(v.address);
             let data = RangeData {
-                addr: addr_words(v.address),
+                addr,
                 proto: v.proto,
-                pad: 0,
+                family,
                 port: port.to_be(),
             };
             Key::new(RANGE_PREFIX_BASE + bits, data)
@@ -307,8 +327,8 @@ fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) 
 }
 
 /// VIP addresses that need a second lookup (Port Range, ANY-L3) and which ones.
-fn roles(state: &State) -> HashMap<Ipv4Addr, u32> {
-    let mut out: HashMap<Ipv4Addr, u32> = HashMap::new();
+fn roles(state: &State) -> HashMap<IpAddr, u32> {
+    let mut out: HashMap<IpAddr, u32> = HashMap::new();
     for v in &state.vips {
         let role = if v.proto == PROTO_ANY {
             ADDR_VIP_ANY
@@ -326,21 +346,42 @@ fn write_addrs(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
     let wanted = roles(new);
     for (addr, role) in &wanted {
         maps.addrs
-            .insert(
-                AddrKey {
-                    addr: addr_words(*addr),
-                },
-                role,
-                0,
-            )
+            .insert(addr_key(*addr), role, 0)
             .context("writing ADDRS")?;
     }
     for addr in roles(old).keys() {
         if !wanted.contains_key(addr) {
-            let _ = maps.addrs.remove(&AddrKey {
-                addr: addr_words(*addr),
-            });
+            let _ = maps.addrs.remove(&addr_key(*addr));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The maps hold addresses as the packet carries them: the frame's bytes in order, IPv4
+    /// in the first word, each key marked with its family.
+    #[test]
+    fn addresses_are_stored_in_wire_order_with_their_family() {
+        let (v4, f4) = addr_words("10.1.2.3".parse().expect("ip"));
+        assert_eq!(f4, FAMILY_V4);
+        assert_eq!(v4[0].to_ne_bytes(), [10, 1, 2, 3]);
+        assert_eq!(&v4[1..], &[0, 0, 0]);
+        let (v6, f6) = addr_words("2001:db8::a:1".parse().expect("ip"));
+        assert_eq!(f6, FAMILY_V6);
+        let bytes: Vec<u8> = v6.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(
+            bytes,
+            [
+                0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0, 0x01
+            ]
+        );
+        // An IPv6 address ending in 96 zero bits never shares a key with an IPv4 one.
+        let a = addr_key("32.1.13.184".parse().expect("ip"));
+        let b = addr_key("2001:db8::".parse().expect("ip"));
+        assert_eq!(a.addr, b.addr);
+        assert_ne!(a, b);
+    }
 }

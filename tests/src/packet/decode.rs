@@ -1,24 +1,26 @@
 //! Field-by-field decoding of a frame, so a failing fixture prints "ip.dst: expected
-//! 10.1.0.11, got 10.99.0.1" instead of two hex dumps. Never panics on short input.
+//! 10.1.0.11, got 10.99.0.1" instead of two hex dumps. Never panics on short input. IPv6
+//! and its extension headers are decoded in `decode6`; the transport decoders here serve
+//! both families.
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
-use super::checksum::{self, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
-use super::{ETH_P_IPV4, TPID_8021AD, TPID_8021Q};
+use super::checksum::{self, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Pseudo};
+use super::{ETH_P_IPV4, ETH_P_IPV6, TPID_8021AD, TPID_8021Q};
 
 /// Ordered (field, value) pairs.
 pub type Fields = Vec<(String, String)>;
 
 /// Reads fixed-size pieces from a frame and records where it ran out.
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+pub(super) struct Reader<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) pos: usize,
     out: Fields,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize, what: &str) -> Option<&'a [u8]> {
         if self.pos + n > self.data.len() {
             let left = self.data.len() - self.pos;
             self.push(
@@ -39,12 +41,12 @@ impl<'a> Reader<'a> {
         self.take(2, what).map(|b| u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn push(&mut self, field: &str, value: String) {
+    pub(super) fn push(&mut self, field: &str, value: String) {
         self.out.push((field.to_string(), value));
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() {
         return "(none)".to_string();
     }
@@ -65,8 +67,9 @@ fn addr(b: &[u8]) -> Ipv4Addr {
     Ipv4Addr::new(b[0], b[1], b[2], b[3])
 }
 
-/// Decodes `frame` into ordered fields (Ethernet, VLAN tags, IPv4, TCP/UDP/ICMP). Checksums
-/// are shown with "(ok)" or "(BAD, want 0x....)" recomputed from scratch.
+/// Decodes `frame` into ordered fields (Ethernet, VLAN tags, IPv4 or IPv6 with its extension
+/// headers, TCP/UDP/ICMP/ICMPv6). Checksums are shown with "(ok)" or "(BAD, want 0x....)"
+/// recomputed from scratch.
 pub fn describe(frame: &[u8]) -> Fields {
     let mut r = Reader {
         data: frame,
@@ -108,6 +111,9 @@ fn decode_eth(r: &mut Reader) -> Option<()> {
         n += 1;
     }
     r.push("eth.type", format!("0x{ethertype:04x}"));
+    if ethertype == ETH_P_IPV6 {
+        return super::decode6::decode_ipv6(r);
+    }
     if ethertype != ETH_P_IPV4 {
         let rest = &r.data[r.pos..];
         r.pos = r.data.len();
@@ -164,20 +170,32 @@ fn decode_ipv4(r: &mut Reader) -> Option<()> {
     }
     // The transport segment ends at the IPv4 total length (or at the frame end if shorter).
     let seg_end = (start + total).clamp(r.pos, r.data.len());
+    decode_transport(r, Pseudo::V4(src, dst), proto, seg_end)
+}
+
+/// Decodes the upper-layer segment at `r.pos`, which ends at `seg_end` (the IP length,
+/// clamped to the frame), its checksum checked under `pseudo`.
+pub(super) fn decode_transport(
+    r: &mut Reader,
+    pseudo: Pseudo,
+    proto: u8,
+    seg_end: usize,
+) -> Option<()> {
+    let seg_end = seg_end.max(r.pos);
     let segment = &r.data[r.pos..seg_end];
-    match proto {
-        PROTO_TCP => decode_tcp(r, src, dst, segment, seg_end),
-        PROTO_UDP => decode_udp(r, src, dst, segment, seg_end),
-        PROTO_ICMP => decode_icmp(r, segment, seg_end),
+    match (proto, pseudo) {
+        (PROTO_TCP, _) => decode_tcp(r, pseudo, segment, seg_end),
+        (PROTO_UDP, _) => decode_udp(r, pseudo, segment, seg_end),
+        (PROTO_ICMP, Pseudo::V4(..)) => decode_icmp(r, None, segment, seg_end),
+        (PROTO_ICMPV6, Pseudo::V6(..)) => decode_icmp(r, Some(pseudo), segment, seg_end),
         _ => {
-            r.pos = seg_end;
-            r.push("payload", hex(segment));
+            finish_segment(r, seg_end);
             Some(())
         }
     }
 }
 
-fn checksum_note(sent: u16, want: u16) -> String {
+pub(super) fn checksum_note(sent: u16, want: u16) -> String {
     if sent == want {
         format!("0x{sent:04x} (ok)")
     } else {
@@ -193,10 +211,10 @@ fn zeroed(seg: &[u8], at: usize) -> Option<Vec<u8>> {
 }
 
 fn short_segment() -> String {
-    "(ip.total_len ends inside this header)".to_string()
+    "(the IP length ends inside this header)".to_string()
 }
 
-fn finish_segment(r: &mut Reader, seg_end: usize) {
+pub(super) fn finish_segment(r: &mut Reader, seg_end: usize) {
     let payload = &r.data[r.pos.min(seg_end)..seg_end];
     r.push("payload", hex(payload));
     r.pos = seg_end;
@@ -207,13 +225,7 @@ fn finish_segment(r: &mut Reader, seg_end: usize) {
     }
 }
 
-fn decode_tcp(
-    r: &mut Reader,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    seg: &[u8],
-    seg_end: usize,
-) -> Option<()> {
+fn decode_tcp(r: &mut Reader, pseudo: Pseudo, seg: &[u8], seg_end: usize) -> Option<()> {
     let h = r.take(20, "tcp header")?;
     let doff = usize::from(h[12] >> 4);
     r.push("tcp.sport", u16::from_be_bytes([h[0], h[1]]).to_string());
@@ -231,7 +243,7 @@ fn decode_tcp(
     r.push("tcp.window", u16::from_be_bytes([h[14], h[15]]).to_string());
     let sent = u16::from_be_bytes([h[16], h[17]]);
     let note = zeroed(seg, 16).map_or_else(short_segment, |copy| {
-        checksum_note(sent, checksum::tcp_checksum(src, dst, &copy))
+        checksum_note(sent, pseudo.checksum(PROTO_TCP, &copy))
     });
     r.push("tcp.checksum", note);
     if doff > 5 {
@@ -259,41 +271,51 @@ fn tcp_flags(f: u8) -> String {
     format!("0x{f:02x} [{}]", set.join("|"))
 }
 
-fn decode_udp(
-    r: &mut Reader,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    seg: &[u8],
-    seg_end: usize,
-) -> Option<()> {
+fn decode_udp(r: &mut Reader, pseudo: Pseudo, seg: &[u8], seg_end: usize) -> Option<()> {
     let h = r.take(8, "udp header")?;
     r.push("udp.sport", u16::from_be_bytes([h[0], h[1]]).to_string());
     r.push("udp.dport", u16::from_be_bytes([h[2], h[3]]).to_string());
     r.push("udp.len", u16::from_be_bytes([h[4], h[5]]).to_string());
     let sent = u16::from_be_bytes([h[6], h[7]]);
-    let note = if sent == 0 {
-        "0x0000 (none)".to_string()
-    } else {
-        zeroed(seg, 6).map_or_else(short_segment, |copy| {
-            checksum_note(sent, checksum::udp_checksum(src, dst, &copy))
-        })
+    let note = match (sent, pseudo) {
+        (0, Pseudo::V4(..)) => "0x0000 (none)".to_string(),
+        (0, Pseudo::V6(..)) => "0x0000 (none: invalid over IPv6)".to_string(),
+        _ => zeroed(seg, 6).map_or_else(short_segment, |copy| {
+            let c = match pseudo.checksum(PROTO_UDP, &copy) {
+                0 => 0xffff,
+                c => c,
+            };
+            checksum_note(sent, c)
+        }),
     };
     r.push("udp.checksum", note);
     finish_segment(r, seg_end);
     Some(())
 }
 
-fn decode_icmp(r: &mut Reader, seg: &[u8], seg_end: usize) -> Option<()> {
-    let h = r.take(8, "icmp header")?;
-    r.push("icmp.type", h[0].to_string());
-    r.push("icmp.code", h[1].to_string());
+/// ICMP (no pseudo-header) or ICMPv6 (`pseudo` given, fields named `icmp6.*`).
+fn decode_icmp(r: &mut Reader, pseudo: Option<Pseudo>, seg: &[u8], seg_end: usize) -> Option<()> {
+    let name = if pseudo.is_some() { "icmp6" } else { "icmp" };
+    let h = r.take(8, &format!("{name} header"))?;
+    r.push(&format!("{name}.type"), h[0].to_string());
+    r.push(&format!("{name}.code"), h[1].to_string());
     let sent = u16::from_be_bytes([h[2], h[3]]);
     let note = zeroed(seg, 2).map_or_else(short_segment, |copy| {
-        checksum_note(sent, checksum::internet_checksum(&copy))
+        let want = match pseudo {
+            Some(p) => p.checksum(PROTO_ICMPV6, &copy),
+            None => checksum::internet_checksum(&copy),
+        };
+        checksum_note(sent, want)
     });
-    r.push("icmp.checksum", note);
-    r.push("icmp.id", u16::from_be_bytes([h[4], h[5]]).to_string());
-    r.push("icmp.seq", u16::from_be_bytes([h[6], h[7]]).to_string());
+    r.push(&format!("{name}.checksum"), note);
+    r.push(
+        &format!("{name}.id"),
+        u16::from_be_bytes([h[4], h[5]]).to_string(),
+    );
+    r.push(
+        &format!("{name}.seq"),
+        u16::from_be_bytes([h[6], h[7]]).to_string(),
+    );
     finish_segment(r, seg_end);
     Some(())
 }

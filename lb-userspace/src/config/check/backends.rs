@@ -141,8 +141,18 @@ pub(in crate::config) fn address(
     field: &str,
     issues: &mut Issues,
 ) -> Option<IpAddr> {
-    let parsed = value.get_ref().trim().parse().ok();
-    if parsed.is_none() {
+    let text = value.get_ref().trim();
+    let parsed = text.parse().ok();
+    if parsed.is_none() && text.contains('%') && text.contains(':') {
+        issues.error(
+            &value.span(),
+            field,
+            format!(
+                "`{text}` has a zone index: zone-scoped (link-local) addresses are not \
+                 supported; use a global or unique-local address"
+            ),
+        );
+    } else if parsed.is_none() {
         issues.error(
             &value.span(),
             field,

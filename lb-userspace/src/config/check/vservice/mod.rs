@@ -32,8 +32,6 @@ const DEFAULT_MAGLEV_SIZE: u32 = 65537;
 /// Smallest and largest Maglev table size accepted.
 const MAGLEV_MIN: i64 = 251;
 const MAGLEV_MAX: i64 = 1_048_576;
-/// Message for IPv6 where the data path cannot take it yet.
-pub(in crate::config) const NO_IPV6: &str = "IPv6 is not supported by the XDP data path yet";
 
 /// Validates every vService, then the checks across them (conflicting listeners).
 /// Also returns every usable listener, for checks against the API listener.
@@ -84,13 +82,28 @@ fn convert(
     check_keys(entry, issues);
     let address_field = format!("{path}.address");
     let vip = address(&raw.address, &address_field, issues);
-    if let Some(IpAddr::V6(_)) = vip
-        && kind.is_network()
+    if let Some(problem) = vip
+        .filter(|_| kind.is_network())
+        .and_then(network::unroutable)
     {
         issues.error(
             &raw.address.span(),
             &address_field,
-            format!("{}: {NO_IPV6}", raw.address.get_ref()),
+            format!("{}: {problem}", raw.address.get_ref()),
+        );
+    }
+    if let Some(IpAddr::V6(a)) = vip
+        && a.is_unicast_link_local()
+        && !kind.is_network()
+    {
+        issues.error(
+            &raw.address.span(),
+            &address_field,
+            format!(
+                "{}: a link-local address is scoped to one interface; listen on a global \
+                 or unique-local address, or on `::`",
+                raw.address.get_ref()
+            ),
         );
     }
     let ports = ports(entry, issues);

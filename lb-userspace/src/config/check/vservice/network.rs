@@ -1,15 +1,41 @@
-//! Rules of Network (XDP) vServices that involve their backends: DSR cannot change
-//! ports, IPv6 is not forwarded yet.
+//! Rules of Network (XDP) vServices that involve their addresses and backends: one
+//! address family per vService (no NAT46), addresses the data path can route, DSR cannot
+//! change ports.
 
-use super::NO_IPV6;
+use std::net::IpAddr;
+
 use crate::config::check::backends::Backends;
 use crate::config::issues::Issues;
 use crate::config::model::{Forwarding, PortSpec, VService};
 use crate::config::raw::RawVService;
 use crate::config::raw::document::Entry;
 
-/// Per backend of the vService (groups expanded): IPv4 only; DSR keeps the port, so the
-/// backend must use port 0 or the vService's port; any-l3 forwards every port unchanged.
+/// Why the XDP data path cannot use `address` as a VIP or a backend, if it cannot: it
+/// forwards by the routing table, which needs a unicast address with no interface scope.
+pub(in crate::config) fn unroutable(address: IpAddr) -> Option<&'static str> {
+    match address {
+        IpAddr::V4(a) if a.is_unspecified() || a.is_multicast() || a.is_broadcast() => {
+            Some("not a unicast address")
+        }
+        IpAddr::V6(a) if a.is_unspecified() || a.is_multicast() => Some("not a unicast address"),
+        IpAddr::V6(a) if a.is_unicast_link_local() => Some(
+            "a link-local address is scoped to one interface; use a global or unique-local (fc00::/7) address",
+        ),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => {
+            Some("an IPv4-mapped IPv6 address; write the IPv4 address instead")
+        }
+        _ => None,
+    }
+}
+
+/// The name of an address's family, for messages.
+pub(in crate::config) fn family(address: IpAddr) -> &'static str {
+    if address.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+/// Per backend of the vService (groups expanded): the VIP's family and a routable
+/// address; DSR keeps the port, so the backend must use port 0 or the vService's port;
+/// any-l3 forwards every port unchanged.
 pub(in crate::config) fn check_backends(
     vservice: &VService,
     entry: &Entry<RawVService>,
@@ -26,12 +52,26 @@ pub(in crate::config) fn check_backends(
         let field = format!("{}.backends[{index}]", entry.path);
         for service in backends.expand(item.get_ref()) {
             let name = &service.name;
-            if service.address.is_ipv6() {
+            if service.address.is_ipv4() != vservice.address.is_ipv4() {
                 issues.error(
                     &item.span(),
                     &field,
                     format!(
-                        "backend service `{name}` has address {}: {NO_IPV6}",
+                        "backend service `{name}` has {} address {} but the VIP {} is {}: \
+                         a Network vService forwards within one family (no NAT46); \
+                         use a vService per family",
+                        family(service.address),
+                        service.address,
+                        vservice.address,
+                        family(vservice.address)
+                    ),
+                );
+            } else if let Some(problem) = unroutable(service.address) {
+                issues.error(
+                    &item.span(),
+                    &field,
+                    format!(
+                        "backend service `{name}` has address {}: {problem}",
                         service.address
                     ),
                 );

@@ -1,0 +1,160 @@
+//! What differs between IPv4 and IPv6 for the rest of the program, behind one trait: the
+//! VIP lookup, the backend choice, NAT and forwarding are written once and compiled for
+//! each family, so neither family's path carries a branch for the other.
+
+use aya_ebpf::bindings::bpf_fib_lookup as FibParams;
+use lb_common::{FAMILY_V4, FAMILY_V6};
+
+use crate::csum;
+use crate::headers::{IPPROTO_ICMP, IPPROTO_ICMPV6, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr};
+
+/// Which address of the IP header a NAT rewrite changes.
+#[derive(Clone, Copy)]
+pub enum Side {
+    /// Client -> VIP becomes client -> backend.
+    Destination,
+    /// Backend -> client becomes VIP -> client.
+    Source,
+}
+
+/// An IP header the data path forwards. Methods take raw pointers into the frame: the
+/// parser has bounds-checked the whole header before any of them is called.
+pub trait IpHeader {
+    /// `FAMILY_V4` or `FAMILY_V6`, as stored in map keys.
+    const FAMILY: u8;
+    /// `AF_INET` or `AF_INET6`, for the FIB lookup.
+    const AF: u8;
+    /// This family's ICMP protocol number.
+    const ICMP: u8;
+    /// Whether this family's ICMP checksum covers the addresses (ICMPv6's pseudo-header).
+    const ICMP_PSEUDO_HEADER: bool;
+    /// Words of the 16-byte address fields this family uses (the rest stay zero).
+    const WORDS: usize;
+
+    /// TTL or hop limit.
+    ///
+    /// # Safety
+    /// `ip` points at a bounds-checked header of this type.
+    unsafe fn hop_limit(ip: *const Self) -> u8;
+
+    /// Decrements the TTL or hop limit like a router (fixing IPv4's header checksum).
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`].
+    unsafe fn decrement_hop_limit(ip: *mut Self);
+
+    /// Writes the source or destination address (fixing IPv4's header checksum).
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`].
+    unsafe fn set_addr(ip: *mut Self, side: Side, old: &[u32; 4], new: &[u32; 4]);
+
+    /// Length of the whole IP packet, for the FIB's MTU check.
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`].
+    unsafe fn tot_len(ip: *const Self) -> u16;
+
+    /// Puts the lookup's addresses into the FIB parameters.
+    fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]);
+}
+
+impl IpHeader for Ipv4Hdr {
+    const FAMILY: u8 = FAMILY_V4;
+    const AF: u8 = 2;
+    const ICMP: u8 = IPPROTO_ICMP;
+    const ICMP_PSEUDO_HEADER: bool = false;
+    const WORDS: usize = 1;
+
+    #[inline(always)]
+    unsafe fn hop_limit(ip: *const Self) -> u8 {
+        unsafe { (*ip).ttl }
+    }
+
+    #[inline(always)]
+    unsafe fn decrement_hop_limit(ip: *mut Self) {
+        unsafe {
+            // TTL and protocol form one 16-bit word of the checksummed header.
+            let word = (&raw const (*ip).ttl) as *const u16;
+            let old = core::ptr::read_unaligned(word);
+            (*ip).ttl -= 1;
+            let new = core::ptr::read_unaligned(word);
+            (*ip).check = csum::replace2((*ip).check, old, new);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn set_addr(ip: *mut Self, side: Side, old: &[u32; 4], new: &[u32; 4]) {
+        unsafe {
+            match side {
+                Side::Destination => (*ip).daddr = new[0],
+                Side::Source => (*ip).saddr = new[0],
+            }
+            (*ip).check = csum::replace4((*ip).check, old[0], new[0]);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tot_len(ip: *const Self) -> u16 {
+        u16::from_be(unsafe { (*ip).tot_len })
+    }
+
+    #[inline(always)]
+    fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]) {
+        params.__bindgen_anon_3.ipv4_src = src[0];
+        params.__bindgen_anon_4.ipv4_dst = dst[0];
+    }
+}
+
+impl IpHeader for Ipv6Hdr {
+    const FAMILY: u8 = FAMILY_V6;
+    const AF: u8 = 10;
+    const ICMP: u8 = IPPROTO_ICMPV6;
+    const ICMP_PSEUDO_HEADER: bool = true;
+    const WORDS: usize = 4;
+
+    #[inline(always)]
+    unsafe fn hop_limit(ip: *const Self) -> u8 {
+        unsafe { (*ip).hop_limit }
+    }
+
+    #[inline(always)]
+    unsafe fn decrement_hop_limit(ip: *mut Self) {
+        // IPv6 has no header checksum.
+        unsafe { (*ip).hop_limit -= 1 };
+    }
+
+    #[inline(always)]
+    unsafe fn set_addr(ip: *mut Self, side: Side, _old: &[u32; 4], new: &[u32; 4]) {
+        unsafe {
+            match side {
+                Side::Destination => (*ip).daddr = *new,
+                Side::Source => (*ip).saddr = *new,
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tot_len(ip: *const Self) -> u16 {
+        u16::from_be(unsafe { (*ip).payload_len }).wrapping_add(IPV6_HDR_LEN as u16)
+    }
+
+    #[inline(always)]
+    fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]) {
+        params.__bindgen_anon_3.ipv6_src = *src;
+        params.__bindgen_anon_4.ipv6_dst = *dst;
+    }
+}
+
+/// A transport checksum after one address changed from `old` to `new` (only the words
+/// this family uses).
+#[inline(always)]
+pub fn replace_addr<H: IpHeader>(check: u16, old: &[u32; 4], new: &[u32; 4]) -> u16 {
+    let mut c = check;
+    let mut i = 0;
+    while i < H::WORDS {
+        c = csum::replace4(c, old[i], new[i]);
+        i += 1;
+    }
+    c
+}
