@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
+use lb::api::cli::host_port;
 use lb::config::{self, AttachMode, Config};
 use lb::network::{self, DataPath, LoadOptions, Status};
 use tracing::{info, warn};
@@ -269,10 +270,9 @@ fn print_status(st: &Status, ifaces: &[String], report: Option<&lb::daemon::Heal
     for v in &st.vips {
         let c = &v.counters;
         println!(
-            "\nvService {} {}:{}/{} {} table={} packets={} bytes={} new_flows={} drops={} ct_misses={}",
+            "\nvService {} {}/{} {} table={} packets={} bytes={} new_flows={} drops={} ct_misses={}",
             v.name,
-            v.address,
-            v.ports,
+            host_port(&v.address, &v.ports),
             v.proto,
             v.mode,
             v.table_size,
@@ -283,14 +283,14 @@ fn print_status(st: &Status, ifaces: &[String], report: Option<&lb::daemon::Heal
             c.ct_misses
         );
         println!(
-            "  {:<20} {:<21} {:>6} {:<8} {:>10} {:>12} {:>9}",
+            "  {:<20} {:<29} {:>6} {:<8} {:>10} {:>12} {:>9}",
             "backend", "address", "weight", "state", "packets", "bytes", "new_flows"
         );
         for b in &v.backends {
             println!(
-                "  {:<20} {:<21} {:>6} {:<9} {:<9} {:>10} {:>12} {:>9}",
+                "  {:<20} {:<29} {:>6} {:<9} {:<9} {:>10} {:>12} {:>9}",
                 b.name,
-                format!("{}:{}", b.address, b.port),
+                host_port(&b.address, b.port),
                 b.weight,
                 health_of(report, &b.name).unwrap_or_else(|| "-".into()),
                 if b.active { "active" } else { "removed" },

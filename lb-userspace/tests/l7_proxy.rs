@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,9 +60,12 @@ impl Backend {
 }
 
 async fn http_backend(name: &str) -> Backend {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind backend");
+    http_backend_at("127.0.0.1:0", name).await
+}
+
+/// [`http_backend`] listening on `bind` (e.g. `[::1]:0` for an IPv6 backend).
+async fn http_backend_at(bind: &str, name: &str) -> Backend {
+    let listener = TcpListener::bind(bind).await.expect("bind backend");
     let addr = listener.local_addr().expect("addr");
     let hits = Arc::new(AtomicUsize::new(0));
     let (n, h) = (name.to_string(), hits.clone());
@@ -162,9 +165,12 @@ impl Body for Chunks {
 
 /// A TCP echo backend that prefixes every reply with its name.
 async fn tcp_backend(name: &str) -> Backend {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind backend");
+    tcp_backend_at("127.0.0.1:0", name).await
+}
+
+/// [`tcp_backend`] listening on `bind`.
+async fn tcp_backend_at(bind: &str, name: &str) -> Backend {
+    let listener = TcpListener::bind(bind).await.expect("bind backend");
     let addr = listener.local_addr().expect("addr");
     let hits = Arc::new(AtomicUsize::new(0));
     let (n, h) = (name.to_string(), hits.clone());
@@ -254,6 +260,14 @@ fn vservice(name: &str, kind: VServiceKind, backends: &[&str]) -> VService {
         backends: backends.iter().map(|s| s.to_string()).collect(),
         apply_admin_state: false,
         l7: Some(l7(timeouts())),
+    }
+}
+
+/// [`vservice`] listening on `address` instead of 127.0.0.1.
+fn vservice_at(address: IpAddr, name: &str, kind: VServiceKind, backends: &[&str]) -> VService {
+    VService {
+        address,
+        ..vservice(name, kind, backends)
     }
 }
 
@@ -716,8 +730,21 @@ async fn s_mt1_maintenance_drains_with_zero_failed_requests_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_mt1_s_mt3_maintenance_keeps_an_open_l7_tcp_connection_and_the_listener() {
-    let (a, b) = (tcp_backend("a").await, tcp_backend("b").await);
-    let mut vs = vservice("tcp", VServiceKind::L7Tcp, &["a", "b"]);
+    // Over IPv4 and over IPv6 (listener and backends).
+    for (bind, vip) in [
+        ("127.0.0.1:0", IpAddr::from([127, 0, 0, 1])),
+        ("[::1]:0", V6),
+    ] {
+        maintenance_keeps_an_open_l7_tcp_connection(bind, vip).await;
+    }
+}
+
+async fn maintenance_keeps_an_open_l7_tcp_connection(bind: &str, vip: IpAddr) {
+    let (a, b) = (
+        tcp_backend_at(bind, "a").await,
+        tcp_backend_at(bind, "b").await,
+    );
+    let mut vs = vservice_at(vip, "tcp", VServiceKind::L7Tcp, &["a", "b"]);
     if let Some(l7) = vs.l7.as_mut() {
         l7.algorithm = lb::config::Algorithm::First;
     }
@@ -1301,4 +1328,148 @@ async fn s_mt6_group_maintenance_applies_to_its_members() {
     for _ in 0..6 {
         assert_eq!(get(env.addr("web"), "/").await.2, "c");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: IPv6 listeners and backends
+
+const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk1_s_bk2_s_mt1_over_ipv6_listener_and_backends() {
+    let (a, bk) = (
+        http_backend_at("[::1]:0", "a").await,
+        http_backend_at("[::1]:0", "bk").await,
+    );
+    assert!(a.addr.is_ipv6() && bk.addr.is_ipv6());
+    let vs = vservice_at(V6, "web6", VServiceKind::Http, &["a", "bk"]);
+    let mut env = Env::start(config(
+        vec![service("a", a.addr), backup("bk", bk.addr)],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let addr = env.addr("web6");
+    assert!(addr.is_ipv6(), "{addr}");
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").await.2, "a");
+    }
+    assert_eq!(
+        bk.hits(),
+        0,
+        "a backup serves only while no main can (S-BK1)"
+    );
+    // The only main fails: the backup takes over (S-BK2).
+    env.set_health("a", Health::Error);
+    assert_eq!(get(addr, "/").await.2, "bk");
+    env.set_health("a", Health::Ok);
+    assert_eq!(get(addr, "/").await.2, "a");
+    // The main in Maintenance: new requests go to the backup, none fails (S-MT1, S-BK2).
+    env.set_maintenance("a", true).await;
+    let before = a.hits();
+    for _ in 0..5 {
+        let (status, _, body) = get(addr, "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "bk"));
+    }
+    assert_eq!(
+        a.hits(),
+        before,
+        "no new request reaches a server in Maintenance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_client_is_appended_to_x_forwarded_for() {
+    let a = http_backend_at("[::1]:0", "a").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr)],
+        vec![],
+        vec![vservice_at(V6, "web6", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let (_, h, _) = get_with(
+        &client(),
+        env.addr("web6"),
+        "/",
+        &[("x-forwarded-for", "2001:db8::9")],
+    )
+    .await;
+    assert_eq!(h["seen-x-forwarded-for"], "2001:db8::9, ::1");
+    assert_eq!(h["seen-host"], env.addr("web6").to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_listener_on_the_unspecified_address_serves_both_families() {
+    // One backend of each family behind one vService listening on `::`.
+    let (a, b) = (
+        http_backend("a").await,
+        http_backend_at("[::1]:0", "b").await,
+    );
+    let mut vs = vservice_at(
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        "dual",
+        VServiceKind::Http,
+        &["a", "b"],
+    );
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.algorithm = lb::config::Algorithm::RoundRobin;
+    }
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("b", b.addr)],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    let port = env.addr("dual").port();
+    let v4: SocketAddr = ([127, 0, 0, 1], port).into();
+    let v6: SocketAddr = (Ipv6Addr::LOCALHOST, port).into();
+    let mut seen = Vec::new();
+    for addr in [v4, v6, v4, v6] {
+        let (status, _, body) = get(addr, "/").await;
+        assert_eq!(status, StatusCode::OK, "{addr}");
+        seen.push(body);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["a", "a", "b", "b"],
+        "both backends, over both families"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_bk6_source_cidr_condition_matches_an_ipv6_prefix() {
+    let (d, local) = (
+        http_backend_at("[::1]:0", "d").await,
+        http_backend_at("[::1]:0", "local").await,
+    );
+    let mut vs = vservice_at(V6, "web6", VServiceKind::Http, &["d"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.conditional_sets = vec![
+            ConditionalSet {
+                name: "elsewhere".into(),
+                conditions: vec![Condition::SourceCidr(vec![(
+                    "2001:db8::".parse().expect("net"),
+                    32,
+                )])],
+                backends: vec!["d".into()],
+            },
+            ConditionalSet {
+                name: "loopback".into(),
+                conditions: vec![Condition::SourceCidr(vec![(
+                    "::1".parse().expect("net"),
+                    128,
+                )])],
+                backends: vec!["local".into()],
+            },
+        ];
+    }
+    let env = Env::start(config(
+        vec![service("d", d.addr), service("local", local.addr)],
+        vec![],
+        vec![vs],
+    ))
+    .await;
+    assert_eq!(get(env.addr("web6"), "/").await.2, "local");
+    assert_eq!(d.hits(), 0);
 }

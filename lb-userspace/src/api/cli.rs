@@ -342,7 +342,7 @@ impl Print {
                     println!(
                         "{:<20} {:<22} {:>6} {:<9} {:<5} {:<6} {:<9} {:>8} {:>10}  {}",
                         s(&b["name"]),
-                        format!("{}:{}", s(&b["address"]), s(&b["port"])),
+                        host_port(&s(&b["address"]), s(&b["port"])),
                         s(&b["weight"]),
                         s(&b["health"]),
                         if b["maintenance"] == true { "on" } else { "-" },
@@ -357,11 +357,10 @@ impl Print {
             Print::VServices => {
                 for vs in items(v, "vservices") {
                     println!(
-                        "{} {} {}:{}",
+                        "{} {} {}",
                         s(&vs["name"]),
                         s(&vs["kind"]),
-                        s(&vs["address"]),
-                        s(&vs["ports"])
+                        host_port(&s(&vs["address"]), s(&vs["ports"]))
                     );
                     for l in items(vs, "lists") {
                         let members: Vec<String> = items(l, "members")
@@ -443,5 +442,14 @@ fn sync_line(r: &Value) -> String {
         format!("ok at {}", s(&r["at_unix_ms"]))
     } else {
         format!("FAILED at {}: {}", s(&r["at_unix_ms"]), s(&r["error"]))
+    }
+}
+
+/// `address:port` as an operator writes it: IPv6 addresses in brackets (`[2001:db8::1]:80`).
+pub fn host_port(address: &str, port: impl std::fmt::Display) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
     }
 }

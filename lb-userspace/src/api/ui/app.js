@@ -87,6 +87,13 @@
     return Number(ms) < 1 ? "< 1 ms" : `${fmtNum(ms)} ms`;
   }
 
+  // address:port as an operator writes it, IPv6 in brackets ([2001:db8::1]:80).
+  function hostPort(address, port) {
+    const a = address ?? "?";
+    const p = port ?? "?";
+    return String(a).includes(":") ? `[${a}]:${p}` : `${a}:${p}`;
+  }
+
   function fmtPorts(ports) {
     if (ports === undefined || ports === null) return "any";
     if (!Array.isArray(ports)) return String(ports);
@@ -246,7 +253,7 @@
         { class: "vs-head" },
         el("span", { class: "name", text: name }),
         el("span", { class: "kind", text: vs.kind || "?" }),
-        el("span", { class: "addr", text: `${vs.address ?? "?"}:${fmtPorts(vs.ports)}` }),
+        el("span", { class: "addr", text: hostPort(vs.address, fmtPorts(vs.ports)) }),
       ),
       el("div", { class: "counters" }, ...counterItems(vs.counters)),
       el(
@@ -315,7 +322,7 @@
   function updateBackendRow(row, b) {
     const c = row._cells;
     const name = b.name;
-    setText(c.address, `${b.address ?? "?"}:${b.port ?? "?"}`);
+    setText(c.address, hostPort(b.address, b.port));
     setText(c.weight, fmtNum(b.weight));
     setChildren(c.health, [
       el("span", {
