@@ -105,6 +105,11 @@ pub const GLOBAL_FIB_LOOKUP: u32 = 8;
 /// [`MAX_IPV6_EXT_HEADERS`], a routing header with segments left, or a header the program
 /// does not walk (AH, Mobility, HIP, Shim6, experimental).
 pub const GLOBAL_IPV6_EXT: u32 = 9;
+/// Index: packets bigger than the MTU towards their next hop. Towards a backend they are
+/// answered from the VIP with ICMP "fragmentation needed" / ICMPv6 "packet too big" (an
+/// IPv4 packet without DF goes to the kernel, which fragments it); a NAT reply goes to the
+/// kernel untranslated, which answers the backend.
+pub const GLOBAL_TOO_BIG: u32 = 10;
 
 /// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
 /// the upper-layer header; a longer chain goes to the kernel.
@@ -246,6 +251,11 @@ pub struct NextHop {
     pub smac: [u8; 6],
     /// Destination MAC (the neighbour's).
     pub dmac: [u8; 6],
+    /// Largest IP packet the FIB accepted for this hop (its MTU is at least this): a
+    /// bigger packet asks the FIB again, which checks it against the MTU.
+    pub max_len: u16,
+    /// Reserved, zero.
+    pub pad: [u8; 6],
     /// `bpf_ktime_get_ns()` after which the entry is looked up again.
     pub expires: u64,
 }
@@ -309,6 +319,6 @@ mod tests {
         assert_eq!(size_of::<FlowValue>(), 8);
         assert_eq!(size_of::<NatReverse>(), 28);
         assert_eq!(size_of::<Counters>(), 40);
-        assert_eq!(size_of::<NextHop>(), 24);
+        assert_eq!(size_of::<NextHop>(), 32);
     }
 }

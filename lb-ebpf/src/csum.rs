@@ -3,8 +3,9 @@
 //! All values are the raw 16/32-bit words as they sit in memory; the one's complement sum
 //! is byte-order independent, so no swapping is needed.
 
+/// Folds a one's complement sum to 16 bits.
 #[inline(always)]
-fn fold(mut sum: u64) -> u16 {
+pub fn fold(mut sum: u64) -> u16 {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);

@@ -118,5 +118,7 @@ pub const ICMPV6_ND_LAST: u8 = 137;
 pub const IPV6_HDR_LEN: usize = 40;
 /// MF flag and fragment offset bits of `frag_off`, in network order.
 pub const IP_FRAG_MASK: u16 = 0x3fffu16.to_be();
+/// The "don't fragment" flag of `frag_off`, in network order.
+pub const IP_DF: u16 = 0x4000u16.to_be();
 pub const TCP_SYN: u8 = 0x02;
 pub const TCP_ACK: u8 = 0x10;

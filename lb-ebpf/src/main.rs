@@ -11,6 +11,7 @@ mod csum;
 mod fib;
 mod flow;
 mod headers;
+mod icmp;
 mod ip;
 mod maps;
 mod parse;
@@ -21,6 +22,7 @@ mod stats;
 use aya_ebpf::{bindings::xdp_action, btf_maps::lpm_trie::Key, macros::xdp, programs::XdpContext};
 use lb_common::*;
 
+use crate::fib::Miss;
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
 use crate::maps::{ADDRS, NAT_REV, RANGES, VIPS};
@@ -132,10 +134,18 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
     };
     stats::forwarded(meta.vip_id, choice.slot, &ev);
     let backend_addr = choice.backend.addr;
+    // The next hop first: a packet too big for the path is answered before it is changed.
+    let hop = fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr);
+    if let Err(Miss::TooBig(mtu)) = hop {
+        stats::global(GLOBAL_TOO_BIG);
+        if let Some(verdict) = icmp::too_big(ctx, pkt, mtu) {
+            return verdict;
+        }
+    }
     if dsr {
-        return match fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr) {
-            Some(hop) => fib::transmit(ctx, pkt, &hop),
-            None => {
+        return match hop {
+            Ok(hop) => fib::transmit(ctx, pkt, &hop),
+            Err(_) => {
                 stats::global(GLOBAL_FIB_PASS);
                 xdp_action::XDP_PASS
             }
@@ -172,7 +182,9 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         &backend_addr,
         choice.backend.port,
     );
-    forward(ctx, pkt, &pkt.saddr, &backend_addr)
+    // Unresolved or too big without DF: the kernel forwards (and fragments) the rewritten
+    // packet.
+    finish(ctx, pkt, hop)
 }
 
 /// Backend -> client in NAT mode: put the VIP back as the source. Anything without a
@@ -208,20 +220,26 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     } else {
         0
     };
+    let hop = fib::lookup(ctx, pkt, &rev.vip_addr, &pkt.daddr);
+    if let Err(Miss::TooBig(_)) = hop {
+        // Untranslated, so that the kernel's "too big" reaches the backend that sent it.
+        stats::global(GLOBAL_TOO_BIG);
+        return xdp_action::XDP_PASS;
+    }
     rewrite::nat(ctx, pkt, Side::Source, &rev.vip_addr, port);
-    forward(ctx, pkt, &rev.vip_addr, &pkt.daddr)
+    finish(ctx, pkt, hop)
 }
 
-/// After a NAT rewrite: next hop, TTL or hop limit, MACs; the kernel forwards what XDP
-/// cannot.
+/// After a NAT rewrite: TTL or hop limit and MACs towards the next hop; without one, the
+/// kernel forwards the packet.
 #[inline(always)]
-fn forward<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, src: &[u32; 4], dst: &[u32; 4]) -> u32 {
-    match fib::lookup(ctx, pkt, src, dst) {
-        Some(hop) => {
+fn finish<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, hop: Result<NextHop, Miss>) -> u32 {
+    match hop {
+        Ok(hop) => {
             unsafe { H::decrement_hop_limit(pkt.ip) };
             fib::transmit(ctx, pkt, &hop)
         }
-        None => {
+        Err(_) => {
             stats::global(GLOBAL_FIB_PASS);
             xdp_action::XDP_PASS
         }

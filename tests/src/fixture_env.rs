@@ -43,6 +43,17 @@ pub const BACKENDS: [(Ipv4Addr, Mac); 3] = [
     (Ipv4Addr::new(10, 1, 0, 12), [0x02, 0, 0, 0, 0x01, 0x12]),
     (Ipv4Addr::new(10, 1, 0, 13), [0x02, 0, 0, 0, 0x01, 0x13]),
 ];
+/// A backend behind a route with a smaller MTU ([`NARROW_MTU`]), with a permanent
+/// neighbour (the MAC of `BACKENDS[0]`): packets bigger than that are too big for its path.
+pub const NARROW_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 50);
+/// The IPv6 backend behind a route with MTU [`NARROW_MTU6`].
+pub const NARROW_BACKEND6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0x50);
+/// A client behind a route with MTU [`NARROW_MTU`] (neighbour: `CLIENT_MAC`).
+pub const NARROW_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 50);
+/// MTU of the IPv4 narrow routes.
+pub const NARROW_MTU: u16 = 1400;
+/// MTU of the IPv6 narrow route (the IPv6 minimum).
+pub const NARROW_MTU6: u16 = 1280;
 /// A backend address on `fxb`'s subnet with no neighbour entry: its fib lookup fails.
 pub const UNRESOLVED_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
 
@@ -246,6 +257,24 @@ impl FixtureEnv {
         for (addr, m) in BACKENDS6 {
             neighbour(ns, &addr.to_string(), &m, BACKEND_IF)?;
         }
+        let narrow = [
+            (NARROW_BACKEND.to_string() + "/32", BACKEND_IF, NARROW_MTU),
+            (
+                NARROW_BACKEND6.to_string() + "/128",
+                BACKEND_IF,
+                NARROW_MTU6,
+            ),
+            (NARROW_CLIENT.to_string() + "/32", CLIENT_IF, NARROW_MTU),
+        ];
+        for (dst, dev, mtu) in narrow {
+            let mtu = mtu.to_string();
+            ip(&[
+                "-n", ns, "route", "add", &dst, "dev", dev, "mtu", "lock", &mtu,
+            ])?;
+        }
+        neighbour(ns, &NARROW_BACKEND.to_string(), &BACKENDS[0].1, BACKEND_IF)?;
+        neighbour(ns, &NARROW_BACKEND6.to_string(), &BACKENDS[0].1, BACKEND_IF)?;
+        neighbour(ns, &NARROW_CLIENT.to_string(), &CLIENT_MAC, CLIENT_IF)?;
         Ok(())
     }
 

@@ -15,6 +15,8 @@ mod cases_ipv6;
 mod cases_ipv6_edge;
 #[path = "fixtures/cases_ipv6_parse.rs"]
 mod cases_ipv6_parse;
+#[path = "fixtures/cases_mtu.rs"]
+mod cases_mtu;
 #[path = "fixtures/cases_nat.rs"]
 mod cases_nat;
 #[path = "fixtures/cases_parse.rs"]
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         cases_backends::list(),
         cases_ipv6::list(),
         cases_ipv6_edge::list(),
+        cases_mtu::list(),
         cases_ipv6_parse::list(),
     ]
     .into_iter()
