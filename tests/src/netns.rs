@@ -4,6 +4,7 @@
 //! [`topology`]), runs real TCP/UDP servers and clients in threads of the test process
 //! ([`servers`], [`client`]) and drives the `lb` binary in the balancer namespace
 //! ([`lbctl`]). Everything created is removed by the [`Topology`] drop guard, also on panic.
+//! [`Topology::dual_stack`] adds IPv6 beside IPv4 in every namespace.
 //! Needs root (namespaces, bpffs, XDP).
 
 pub mod client;
@@ -13,8 +14,13 @@ pub mod ns;
 pub mod servers;
 pub mod topology;
 
-pub use client::{HeldConn, Reply, ask_many, count_by_backend, tcp_ask, udp_ask};
+pub use client::{
+    HeldConn, Reply, ask_many, count_by_backend, tcp_ask, tcp_ask_at, udp_ask, udp_ask_at,
+};
 pub use lbctl::{Daemon, find_counter, require_data_path};
 pub use ns::Netns;
 pub use servers::ServerStop;
-pub use topology::{BackendHost, CLIENT_ADDR, Topology, TopologyOptions, backend_addr};
+pub use topology::{
+    BALANCER_ADDR6, BackendHost, CLIENT_ADDR, CLIENT_ADDR6, Ipv6Options, Topology, TopologyOptions,
+    VIP6_PREFIX, backend_addr, backend_addr6,
+};

@@ -3,10 +3,14 @@
 //! These functions use the CALLING THREAD's network namespace: call them inside
 //! [`Netns::run`](super::Netns::run) for the client namespace. A [`HeldConn`] opened there
 //! may afterwards be used from any thread.
+//!
+//! The functions taking a [`SocketAddrV4`] are the IPv4 ones the IPv4 tests use; the `_at`
+//! variants take any [`SocketAddr`], e.g. an IPv6 VIP `[fd00:10:99::10]:8000`.
 
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -38,6 +42,11 @@ impl Reply {
 
 /// Opens a new TCP connection (new source port), asks which backend serves it, closes.
 pub fn tcp_ask(addr: SocketAddrV4) -> Result<Reply> {
+    tcp_ask_at(SocketAddr::V4(addr))
+}
+
+/// [`tcp_ask`] to an address of either family.
+pub fn tcp_ask_at(addr: SocketAddr) -> Result<Reply> {
     let mut conn = connect(addr)?;
     conn.write_all(b"name\n")?;
     let mut pending = Vec::new();
@@ -47,7 +56,16 @@ pub fn tcp_ask(addr: SocketAddrV4) -> Result<Reply> {
 
 /// Sends one datagram from a new socket (new source port) and reads the answer.
 pub fn udp_ask(addr: SocketAddrV4) -> Result<Reply> {
-    let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
+    udp_ask_at(SocketAddr::V4(addr))
+}
+
+/// [`udp_ask`] to an address of either family (the socket is bound in the same family).
+pub fn udp_ask_at(addr: SocketAddr) -> Result<Reply> {
+    let local = match addr {
+        SocketAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        SocketAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+    };
+    let socket = UdpSocket::bind(local)?;
     // Connected: the kernel only delivers answers whose source is exactly `addr`, so an
     // answer proves the reply was translated back to the VIP.
     socket.connect(addr)?;
@@ -72,6 +90,11 @@ pub struct HeldConn {
 impl HeldConn {
     /// Connects to `addr` and switches the connection to echo mode.
     pub fn open(addr: SocketAddrV4) -> Result<HeldConn> {
+        HeldConn::open_at(SocketAddr::V4(addr))
+    }
+
+    /// [`HeldConn::open`] to an address of either family.
+    pub fn open_at(addr: SocketAddr) -> Result<HeldConn> {
         let mut stream = connect(addr)?;
         stream.write_all(b"hold\n")?;
         let mut pending = Vec::new();
@@ -97,10 +120,15 @@ impl HeldConn {
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.stream.local_addr()?)
     }
+
+    /// The remote address of the connection, as the client's kernel sees it (the VIP).
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
+        Ok(self.stream.peer_addr()?)
+    }
 }
 
-fn connect(addr: SocketAddrV4) -> Result<TcpStream> {
-    let stream = TcpStream::connect_timeout(&SocketAddr::V4(addr), IO_TIMEOUT)
+fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
         .with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -134,11 +162,13 @@ fn read_line(stream: &mut TcpStream, pending: &mut Vec<u8>) -> Result<String> {
 /// Runs up to `count` asks of `ask` in the `client` namespace; every one must be answered
 /// (a test assertion: panics listing the errors). Stops early after 5 failures or 20 s, so a
 /// broken path fails fast (each failed ask costs up to the 2 s client timeout).
-pub fn ask_many(
+/// `addr` is a [`SocketAddrV4`] with [`tcp_ask`] / [`udp_ask`], or a [`SocketAddr`] of
+/// either family with [`tcp_ask_at`] / [`udp_ask_at`].
+pub fn ask_many<A: Copy + Display + Send + Sync>(
     client: &super::Netns,
     count: usize,
-    ask: fn(SocketAddrV4) -> Result<Reply>,
-    addr: SocketAddrV4,
+    ask: fn(A) -> Result<Reply>,
+    addr: A,
 ) -> Vec<Reply> {
     let (replies, errors) = client
         .run(|| {

@@ -21,7 +21,8 @@ pub struct Netns {
 impl Netns {
     /// Creates the namespace, brings `lo` up, disables IPv6 (no router solicitations or
     /// MLD noise in the link counters) and turns reverse-path filtering off (DSR replies
-    /// and NAT'd packets arrive on interfaces the strict filter would reject).
+    /// and NAT'd packets arrive on interfaces the strict filter would reject). A dual-stack
+    /// topology turns IPv6 back on with [`Netns::enable_ipv6`].
     pub fn create(name: &str) -> Result<Netns> {
         cmd::run("ip", &["netns", "add", name])?;
         let ns = Netns {
@@ -35,6 +36,30 @@ impl Netns {
         ])?;
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
+    }
+
+    /// Turns IPv6 back on for a dual-stack topology, before its links are made (interfaces
+    /// created afterwards inherit the `default` settings). Quiet and usable at once: no
+    /// duplicate address detection (every address is usable when added; link-local ones
+    /// too), no router advertisements accepted and no solicitations sent (routes are static),
+    /// addresses kept while a link is down (a backend made silent keeps its address), and
+    /// `[::]` sockets dual-stack (`bindv6only = 0`, the Linux default, set explicitly: the
+    /// backends' servers answer both families on one socket).
+    pub fn enable_ipv6(&self) -> Result<()> {
+        let mut settings = vec![("net.ipv6.bindv6only".to_owned(), "0")];
+        for scope in ["all", "default"] {
+            for (key, value) in [
+                ("accept_dad", "0"),
+                ("accept_ra", "0"),
+                ("router_solicitations", "0"),
+                ("keep_addr_on_down", "1"),
+                ("disable_ipv6", "0"),
+            ] {
+                settings.push((format!("net.ipv6.conf.{scope}.{key}"), value));
+            }
+        }
+        let refs: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        self.sysctl(&refs)
     }
 
     /// The namespace's name as `ip netns` knows it.

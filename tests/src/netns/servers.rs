@@ -9,9 +9,13 @@
 //!   answered `200 OK` with the body `<backend name> <local port>\n`, keep-alive honoured.
 //!
 //! Every loop is bounded: servers stop when asked (on drop) or after [`MAX_LIFETIME`].
+//!
+//! Servers listen on `0.0.0.0:port` (IPv4) unless given another address with the `_at`
+//! variants: `[::]:port` listens on both families in a dual-stack namespace (one socket,
+//! IPv4 clients seen as `::ffff:a.b.c.d`), a specific IPv6 address only on that one.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -42,10 +46,27 @@ impl Servers {
         self.spawn_tcp_stoppable(ns, name, port).map(drop)
     }
 
+    /// Like [`Servers::spawn_tcp`] on the address `bind` (e.g. `[::]:8000`).
+    pub fn spawn_tcp_at(&self, ns: &Netns, name: &str, bind: SocketAddr) -> Result<()> {
+        self.spawn_tcp_stoppable_at(ns, name, bind).map(drop)
+    }
+
     /// Like [`Servers::spawn_tcp`], and returns a handle that closes this one listener on its
     /// own (its port then refuses new connections with RST, like a stopped server process),
     /// while the other servers keep running. Dropping the handle leaves the server running.
     pub fn spawn_tcp_stoppable(&self, ns: &Netns, name: &str, port: u16) -> Result<ServerStop> {
+        let bind = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+        self.spawn_tcp_stoppable_at(ns, name, bind)
+    }
+
+    /// Like [`Servers::spawn_tcp_stoppable`] on the address `bind` (e.g. `[::]:8000`).
+    pub fn spawn_tcp_stoppable_at(
+        &self,
+        ns: &Netns,
+        name: &str,
+        bind: SocketAddr,
+    ) -> Result<ServerStop> {
+        let port = bind.port();
         let (ready_tx, ready_rx) = mpsc::channel();
         let (closed_tx, closed_rx) = mpsc::channel();
         let own = Arc::new(AtomicBool::new(false));
@@ -56,7 +77,7 @@ impl Servers {
         let own_flag = own.clone();
         let handle = std::thread::spawn(move || {
             let listener = enter_path(&path).and_then(|()| {
-                let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
+                let l = TcpListener::bind(bind)?;
                 l.set_nonblocking(true)?;
                 Ok(l)
             });
@@ -74,23 +95,35 @@ impl Servers {
             }
         });
         self.push(handle);
-        wait_ready(&ready_rx, "tcp", ns.name(), port)?;
+        wait_ready(&ready_rx, "tcp", ns.name(), bind)?;
         Ok(ServerStop {
             own,
             closed: closed_rx,
-            what: format!("tcp server {}:{port}", ns.name()),
+            what: format!("tcp server {} {bind}", ns.name()),
         })
     }
 
     /// Starts a UDP server named `name` on `0.0.0.0:port` inside `ns`; returns once bound.
     pub fn spawn_udp(&self, ns: &Netns, name: &str, port: u16) -> Result<()> {
+        self.spawn_udp_at(
+            ns,
+            name,
+            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)),
+        )
+    }
+
+    /// Like [`Servers::spawn_udp`] on the address `bind` (e.g. `[::]:5300`). A reply's
+    /// source address is the one the kernel picks for the client (the backend's own address
+    /// on its link), which is what NAT expects.
+    pub fn spawn_udp_at(&self, ns: &Netns, name: &str, bind: SocketAddr) -> Result<()> {
+        let port = bind.port();
         let (ready_tx, ready_rx) = mpsc::channel();
         let path = ns.path();
         let name = name.to_owned();
         let stop = self.stop.clone();
         let handle = std::thread::spawn(move || {
             let socket = enter_path(&path).and_then(|()| {
-                let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
+                let s = UdpSocket::bind(bind)?;
                 s.set_read_timeout(Some(POLL))?;
                 Ok(s)
             });
@@ -105,7 +138,7 @@ impl Servers {
             }
         });
         self.push(handle);
-        wait_ready(&ready_rx, "udp", ns.name(), port)
+        wait_ready(&ready_rx, "udp", ns.name(), bind)
     }
 
     /// Stops every server and handler and waits for their threads (bounded by their polls).
@@ -154,10 +187,15 @@ impl Drop for Servers {
     }
 }
 
-fn wait_ready(rx: &mpsc::Receiver<Result<()>>, kind: &str, ns: &str, port: u16) -> Result<()> {
+fn wait_ready(
+    rx: &mpsc::Receiver<Result<()>>,
+    kind: &str,
+    ns: &str,
+    bind: SocketAddr,
+) -> Result<()> {
     rx.recv_timeout(Duration::from_secs(5))
-        .map_err(|_| anyhow!("{kind} server on {ns}:{port} did not start"))?
-        .with_context(|| format!("{kind} server on {ns}:{port}"))
+        .map_err(|_| anyhow!("{kind} server on {ns} {bind} did not start"))?
+        .with_context(|| format!("{kind} server on {ns} {bind}"))
 }
 
 fn expired(stop: &AtomicBool, started: Instant) -> bool {
