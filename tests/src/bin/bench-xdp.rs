@@ -9,7 +9,7 @@
 //! program's own cost. DSR only rewrites MACs, so its cases run 100,000 times per call
 //! and need no correction: they cross-check the NAT figures.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -36,17 +36,49 @@ fn median_ns(dp: &DataPath, frame: &[u8]) -> Result<f64> {
     Ok(samples[RUNS / 2].as_nanos() as f64)
 }
 
-/// `vips` VIPs 10.99.x.y:80/tcp (the first also on udp/53), each over `backends` backends
-/// routed through the fixture namespace's first backend (so every fib lookup succeeds).
-fn config_text(vips: usize, backends: usize, forwarding: &str) -> String {
+/// The address family a case runs in.
+#[derive(Clone, Copy, PartialEq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// The `n`th backend: 10.2.0.0/16 or fd02::/64, routed through the fixture
+    /// namespace's first backend (so every fib lookup succeeds).
+    fn backend(self, n: usize) -> IpAddr {
+        match self {
+            Family::V4 => Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 2, 0, 1)) + n as u32).into(),
+            Family::V6 => Ipv6Addr::from(0xfd02_u128 << 112 | (n as u128 + 1)).into(),
+        }
+    }
+
+    /// The `n`th VIP, counting from 10.99.0.1 or fd99::1.
+    fn vip(self, n: usize) -> IpAddr {
+        match self {
+            Family::V4 => Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 99, 0, 1)) + n as u32).into(),
+            Family::V6 => Ipv6Addr::from(0xfd99_u128 << 112 | (n as u128 + 1)).into(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        }
+    }
+}
+
+/// `vips` VIPs on port 80/tcp (the first also on udp/53), each over `backends` backends.
+fn config_text(family: Family, vips: usize, backends: usize, forwarding: &str) -> String {
     let mut s = String::new();
     for b in 0..backends {
-        let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 2, 0, 1)) + b as u32);
+        let addr = family.backend(b);
         s += &format!("[[backend_service]]\nname = \"b{b}\"\naddress = \"{addr}\"\nport = 0\n\n");
     }
     let list: Vec<String> = (0..backends).map(|b| format!("\"b{b}\"")).collect();
     for v in 0..vips {
-        let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 99, 0, 1)) + v as u32);
+        let addr = family.vip(v);
         // UDP on the first VIP only: 100 more tables would time the writer, not packets.
         let kinds: &[(&str, u16)] = if v == 0 {
             &[("tcp-l4", 80), ("udp-l4", 53)]
@@ -63,8 +95,45 @@ fn config_text(vips: usize, backends: usize, forwarding: &str) -> String {
     s
 }
 
-fn case(dp: &mut DataPath, label: &str, vips: usize, backends: usize) -> Result<()> {
-    let cfg = config::parse(&config_text(vips, backends, "nat"), "bench")
+/// The frames a case times: SYN, ACK and UDP to the first VIP, and a TCP ACK to no VIP.
+fn frames(family: Family) -> [Vec<u8>; 4] {
+    match family {
+        Family::V4 => {
+            let client = fixture_env::CLIENT_IP;
+            let vip = Ipv4Addr::new(10, 99, 0, 1);
+            let other = Ipv4Addr::new(10, 98, 0, 1);
+            [
+                Frame::tcp(macs(), (client, 40000), (vip, 80), TCP_SYN).to_bytes(),
+                Frame::tcp(macs(), (client, 40000), (vip, 80), TCP_ACK).to_bytes(),
+                Frame::udp(macs(), (client, 40001), (vip, 53), b"bench").to_bytes(),
+                Frame::tcp(macs(), (client, 40000), (other, 80), TCP_ACK).to_bytes(),
+            ]
+        }
+        Family::V6 => {
+            let client = fixture_env::CLIENT_IP6;
+            let vip = Ipv6Addr::from(0xfd99_u128 << 112 | 1);
+            let other = Ipv6Addr::from(0xfd98_u128 << 112 | 1);
+            [
+                Frame::tcp6(macs(), (client, 40000), (vip, 80), TCP_SYN).to_bytes(),
+                Frame::tcp6(macs(), (client, 40000), (vip, 80), TCP_ACK).to_bytes(),
+                Frame::udp6(macs(), (client, 40001), (vip, 53), b"bench").to_bytes(),
+                Frame::tcp6(macs(), (client, 40000), (other, 80), TCP_ACK).to_bytes(),
+            ]
+        }
+    }
+}
+
+/// Times one family's cases; returns (case, ns/packet) for the IPv6/IPv4 ratios.
+fn case(
+    dp: &mut DataPath,
+    family: Family,
+    vips: usize,
+    backends: usize,
+) -> Result<Vec<(&'static str, f64)>> {
+    let mut out = Vec::new();
+    let label = format!("{}x{} {}", vips, backends, family.name());
+    let label = label.as_str();
+    let cfg = config::parse(&config_text(family, vips, backends, "nat"), "bench")
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
     network::apply(dp, &cfg, &Default::default())?;
@@ -72,18 +141,7 @@ fn case(dp: &mut DataPath, label: &str, vips: usize, backends: usize) -> Result<
         "{label}: maps written in {:.2} s",
         t.elapsed().as_secs_f64()
     );
-    let client = fixture_env::CLIENT_IP;
-    let vip = Ipv4Addr::new(10, 99, 0, 1);
-    let syn = Frame::tcp(macs(), (client, 40000), (vip, 80), TCP_SYN).to_bytes();
-    let ack = Frame::tcp(macs(), (client, 40000), (vip, 80), TCP_ACK).to_bytes();
-    let udp = Frame::udp(macs(), (client, 40001), (vip, 53), b"bench").to_bytes();
-    let other = Frame::tcp(
-        macs(),
-        (client, 40000),
-        (Ipv4Addr::new(10, 98, 0, 1), 80),
-        TCP_ACK,
-    )
-    .to_bytes();
+    let [syn, ack, udp, other] = frames(family);
     // Create the flows, and check that each case takes the path it claims to time.
     for (name, frame, want) in [
         ("syn", &syn, 4),
@@ -96,39 +154,46 @@ fn case(dp: &mut DataPath, label: &str, vips: usize, backends: usize) -> Result<
             bail!("{label} {name}: verdict {verdict}, expected {want}");
         }
     }
-    let pass_single = median_ns(dp, &other)?;
+    // The test-run machinery's fixed cost, measured on the same IPv4 frame to no VIP in
+    // both families' runs, so that their rows compare.
+    let [.., v4_other] = frames(Family::V4);
+    let pass_single = median_ns(dp, &v4_other)?;
+    let overhead = (pass_single - dp.bench_run(&v4_other, REPEAT)?.as_nanos() as f64).max(0.0);
     let pass_repeat = dp.bench_run(&other, REPEAT)?.as_nanos() as f64;
-    let overhead = (pass_single - pass_repeat).max(0.0);
     println!(
         "{label}: single-run overhead of BPF_PROG_TEST_RUN {overhead:.0} ns (subtracted below)"
     );
-    for (name, frame) in [
-        ("SYN (new flow)", &syn),
-        ("ACK (connection-table hit)", &ack),
-        ("UDP (connection-table hit)", &udp),
+    for (key, name, frame) in [
+        ("nat syn", "SYN (new flow)", &syn),
+        ("nat hit-tcp", "ACK (connection-table hit)", &ack),
+        ("nat hit-udp", "UDP (connection-table hit)", &udp),
     ] {
         let raw = median_ns(dp, frame)?;
         println!(
             "xdp {label} nat {name:<28} {:>6.0} ns/packet (raw {raw:.0})",
             raw - overhead
         );
+        out.push((key, raw - overhead));
     }
     println!(
         "xdp {label} {:<32} {pass_repeat:>6.0} ns/packet",
         "non-VIP (pass)"
     );
-    let arp = Frame::raw(macs(), 0x0806, vec![0u8; 28]).to_bytes();
-    let floor = dp.bench_run(&arp, REPEAT)?.as_nanos() as f64;
-    println!(
-        "xdp {label} {:<32} {floor:>6.0} ns/packet",
-        "non-IPv4 (parse floor)"
-    );
-    let cfg = config::parse(&config_text(vips, backends, "dsr"), "bench")
+    out.push(("non-vip", pass_repeat));
+    if family == Family::V4 {
+        let arp = Frame::raw(macs(), 0x0806, vec![0u8; 28]).to_bytes();
+        let floor = dp.bench_run(&arp, REPEAT)?.as_nanos() as f64;
+        println!(
+            "xdp {label} {:<32} {floor:>6.0} ns/packet",
+            "non-IP (parse floor)"
+        );
+    }
+    let cfg = config::parse(&config_text(family, vips, backends, "dsr"), "bench")
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     network::apply(dp, &cfg, &Default::default())?;
-    for (name, frame) in [
-        ("SYN (new flow)", &syn),
-        ("ACK (connection-table hit)", &ack),
+    for (key, name, frame) in [
+        ("dsr syn", "SYN (new flow)", &syn),
+        ("dsr hit-tcp", "ACK (connection-table hit)", &ack),
     ] {
         let (verdict, _) = dp.test_run(frame, None)?;
         if verdict != 4 {
@@ -136,8 +201,9 @@ fn case(dp: &mut DataPath, label: &str, vips: usize, backends: usize) -> Result<
         }
         let ns = dp.bench_run(frame, REPEAT)?.as_nanos() as f64;
         println!("xdp {label} dsr {name:<28} {ns:>6.0} ns/packet");
+        out.push((key, ns));
     }
-    Ok(())
+    Ok(out)
 }
 
 fn maglev_build() {
@@ -169,30 +235,46 @@ fn maglev_build() {
 
 fn main() -> Result<()> {
     let env = FixtureEnv::create().context("creating the benchmark namespace")?;
-    let gw = fixture_env::BACKENDS[0].0.to_string();
-    let out = std::process::Command::new("ip")
-        .args(["-n", env.name(), "route", "add", "10.2.0.0/16", "via", &gw])
-        .output()?;
-    if !out.status.success() {
-        bail!("ip route add: {}", String::from_utf8_lossy(&out.stderr));
+    let routes = [
+        ("10.2.0.0/16", fixture_env::BACKENDS[0].0.to_string()),
+        ("fd02::/64", fixture_env::BACKENDS6[0].0.to_string()),
+    ];
+    for (net, gw) in routes {
+        let out = std::process::Command::new("ip")
+            .args(["-n", env.name(), "route", "add", net, "via", &gw])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "ip route add {net}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
     let object = network::read_object()?;
-    let mut dp = DataPath::load(
-        &object,
-        &LoadOptions {
-            pin_dir: None,
-            conn_table_size: 1 << 20,
-        },
-    )?;
-    case(&mut dp, "1x3", 1, 3)?;
-    let mut dp = DataPath::load(
-        &object,
-        &LoadOptions {
-            pin_dir: None,
-            conn_table_size: 1 << 20,
-        },
-    )?;
-    case(&mut dp, "100x1000", 100, 1000)?;
+    // IPv4 and IPv6 rows side by side, each case on a fresh data path.
+    let mut ratios = Vec::new();
+    for (vips, backends) in [(1, 3), (100, 1000)] {
+        let mut rows = Vec::new();
+        for family in [Family::V4, Family::V6] {
+            let mut dp = DataPath::load(
+                &object,
+                &LoadOptions {
+                    pin_dir: None,
+                    conn_table_size: 1 << 20,
+                },
+            )?;
+            rows.push(case(&mut dp, family, vips, backends)?);
+        }
+        for ((name, v4), (_, v6)) in rows[0].iter().zip(&rows[1]) {
+            ratios.push(format!(
+                "{vips}x{backends} {name}: ipv4 {v4:.0} ns, ipv6 {v6:.0} ns, ratio ipv6/ipv4: {:.2}",
+                v6 / v4
+            ));
+        }
+    }
+    for line in ratios {
+        println!("{line}");
+    }
     maglev_build();
     drop(env);
     Ok(())
