@@ -1,5 +1,6 @@
 //! Network vServices: Maglev tables, the XDP loader and the map writer.
 
+mod batch;
 mod loader;
 pub mod maglev;
 mod maps;

@@ -1,6 +1,6 @@
 //! What the XDP maps should hold, derived from the configuration and backend health.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use anyhow::{Result, bail};
@@ -60,6 +60,13 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
             (VServiceKind::Http | VServiceKind::L7Tcp, _) => continue,
         };
         let selection = model.select(&vs.name, health)?;
+        // By name, so a list of thousands of backends is planned in linear time.
+        let eligible: HashMap<&str, u32> = selection
+            .eligible
+            .iter()
+            .map(|e| (e.name.as_str(), e.weight))
+            .collect();
+        let drained: HashSet<&str> = selection.drained.iter().map(String::as_str).collect();
         let mut vip = VipPlan {
             name: vs.name.clone(),
             address: vs.address,
@@ -82,9 +89,9 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
                 let Some(svc) = model.service(name) else {
                     bail!("vservice {}: unknown backend service {name}", vs.name);
                 };
-                let (active, weight) = match selection.eligible.iter().find(|e| e.name == name) {
-                    Some(e) => (true, e.weight),
-                    None => (selection.drained.iter().any(|d| d == name), 0),
+                let (active, weight) = match eligible.get(name) {
+                    Some(&weight) => (true, weight),
+                    None => (drained.contains(name), 0),
                 };
                 // The configuration refuses this; a plan must never mix families either.
                 if svc.address.is_ipv4() != vs.address.is_ipv4() {

@@ -10,13 +10,13 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use anyhow::{Context, Result, bail};
-use aya::maps::{Array, MapData, lpm_trie::Key};
+use aya::maps::lpm_trie::Key;
 use lb_common::{
-    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BPF_F_INNER_MAP, BackendSlot, FAMILY_V4, FAMILY_V6,
-    MAX_BACKEND_SLOTS, MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR,
-    VipKey, VipMeta,
+    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BackendSlot, FAMILY_V4, FAMILY_V6, MAX_BACKEND_SLOTS,
+    MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VipKey, VipMeta,
 };
 
+use super::batch;
 use super::loader::DataPath;
 use super::maglev::{self, MaglevBackend};
 use super::maps::Maps;
@@ -225,11 +225,8 @@ fn write_table(
         // No backend may take new flows: the VIP drops packets that have no flow.
         return Ok((0, fingerprint));
     };
-    let mut inner: Array<MapData, u32> = Array::create(vip.table_size, BPF_F_INNER_MAP)
-        .with_context(|| format!("creating the Maglev table of {}", vip.name))?;
-    for (i, slot) in table.iter().enumerate() {
-        inner.set(i as u32, *slot, 0)?;
-    }
+    let inner = batch::maglev_table(&table)
+        .with_context(|| format!("writing the Maglev table of {}", vip.name))?;
     maps.maglev
         .set(vip_id, &inner, 0)
         .with_context(|| format!("swapping in the Maglev table of {}", vip.name))?;
