@@ -1,0 +1,368 @@
+//! Data path scenarios: traffic to one VIP after one `lb load` (or, for the harness
+//! self-tests, without any XDP program), for either address family.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{Family, assert_shares};
+use crate::netns::client::{HeldConn, ask_many, count_by_backend, tcp_ask_at, udp_ask_at};
+use crate::netns::configs::{all_names, backend_services, load, vservice};
+use crate::netns::family::at;
+use crate::netns::lbctl::require_data_path;
+use crate::netns::status::{backend_new_flows, global, globals, vip_packets};
+use crate::netns::topology::{Topology, VIP6_PREFIX};
+
+/// Harness self-test without any XDP program: the client reaches every backend's own
+/// `family` address through the balancer's kernel forwarding, with TCP (short and held) and
+/// UDP, from the client's address; over IPv6 the servers' `[::]` sockets still answer IPv4
+/// too. The client routes via the balancer and the balancer forwards.
+pub fn harness_routes_without_xdp(family: Family) {
+    let label = family.label("harness");
+    let topo = family.topology(None);
+    topo.tcp_servers(8000).expect("tcp servers");
+    topo.udp_servers(8001).expect("udp servers");
+    for (i, b) in topo.backends.iter().enumerate() {
+        let addr = family.backend_addr(&topo, i);
+        assert_eq!(addr, family.planned_backend_addr(i + 1));
+        let (tcp, udp, mut held, tcp4) = topo
+            .client
+            .run(|| {
+                (
+                    tcp_ask_at(at(addr, 8000)),
+                    udp_ask_at(at(addr, 8001)),
+                    HeldConn::open_at(at(addr, 8000)),
+                    (family == Family::V6).then(|| tcp_ask_at(at(b.addr, 8000))),
+                )
+            })
+            .expect("client namespace");
+        let tcp = tcp.expect("tcp answer");
+        let udp = udp.expect("udp answer");
+        assert_eq!((tcp.backend.as_str(), tcp.port), (b.name.as_str(), 8000));
+        assert_eq!((udp.backend.as_str(), udp.port), (b.name.as_str(), 8001));
+        if let Some(tcp4) = tcp4 {
+            let tcp4 = tcp4.expect("tcp answer over IPv4 on the same [::] socket");
+            assert_eq!(tcp4.backend, b.name);
+        }
+        let held = held.as_mut().expect("held connection");
+        // The held connection is used from this (root-namespace) thread: sockets keep theirs.
+        for n in 0..3 {
+            held.echo(&format!("hello {n}")).expect("echo");
+        }
+        assert_eq!(held.local_addr().expect("local").ip(), family.client_addr());
+        println!(
+            "{label}: {} reached directly at {addr} (tcp, udp, held){}",
+            b.name,
+            if family == Family::V6 {
+                format!(" and at {} (tcp)", b.addr)
+            } else {
+                String::new()
+            }
+        );
+    }
+    // The routes and forwarding the harness promises.
+    let routes = topo
+        .client
+        .ip(&[family.ip_flag(), "route", "show"])
+        .expect("routes");
+    println!("{label}: client {} routes:\n{routes}", family.name());
+    let gateway = family.balancer_addr();
+    assert!(
+        routes.contains(&format!("default via {gateway}")),
+        "{routes}"
+    );
+    if family == Family::V6 {
+        assert!(routes.contains(&format!("{VIP6_PREFIX} via {gateway}")));
+    }
+    let fwd = topo
+        .balancer
+        .exec("sysctl", &["-n", family.forwarding_sysctl()])
+        .expect("sysctl");
+    assert_eq!(
+        fwd.trim(),
+        "1",
+        "{} forwarding on in the balancer",
+        family.name()
+    );
+    let (rx, tx) = topo.balancer.link_packets("cli").expect("link stats");
+    println!("{label}: balancer cli rx {rx} tx {tx} packets");
+    assert!(rx > 0 && tx > 0, "traffic went through the balancer");
+}
+
+/// The DSR return path of backend `i` without XDP: 5 connections to `addr` (the backend's own
+/// address) go through the balancer, and the answers come straight back over the direct link
+/// (asymmetric path accepted: rp_filter off), so the balancer receives nothing from it.
+pub fn assert_dsr_return_path(topo: &Topology, i: usize, addr: SocketAddr, label: &str) {
+    let b = &topo.backends[i];
+    let dsr_dev = format!("dsr{}", i + 1);
+    let (bk_rx0, _) = topo.balancer.link_packets(&b.balancer_dev).expect("stats");
+    let (dsr_rx0, _) = topo.client.link_packets(&dsr_dev).expect("stats");
+    let replies = ask_many(&topo.client, 5, tcp_ask_at, addr);
+    assert!(replies.iter().all(|r| r.backend == b.name));
+    let (bk_rx1, _) = topo.balancer.link_packets(&b.balancer_dev).expect("stats");
+    let (dsr_rx1, _) = topo.client.link_packets(&dsr_dev).expect("stats");
+    println!(
+        "{label}: {}: balancer {} rx +{}, client {dsr_dev} rx +{}",
+        b.name,
+        b.balancer_dev,
+        bk_rx1 - bk_rx0,
+        dsr_rx1 - dsr_rx0
+    );
+    assert!(
+        bk_rx1 - bk_rx0 <= 5,
+        "answers came back through the balancer"
+    );
+    assert!(dsr_rx1 - dsr_rx0 >= 15, "answers came over the direct link");
+}
+
+/// 600 new TCP connections to a tcp-l4 NAT VIP spread by weight 1:1:1, then 2:1:1 after
+/// `lb load` of the changed weights; each share within 10 points of its weight's share, and
+/// the replies were reverse-translated by the program (`nat_reply` > 0).
+pub fn tcp_l4_nat_spread_follows_weights(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("tcp-l4");
+    let (vip, name) = (family.vip(10), family.vip_name("web"));
+    let topo = family.topology(None);
+    topo.tcp_servers(8000).expect("servers");
+    let addr = at(vip, 8000);
+    let names = all_names(&topo);
+    for weights in [[1u32, 1, 1], [2, 1, 1]] {
+        let cfg = backend_services(&topo, family, 8000, &weights)
+            + &vservice(&name, "tcp-l4", vip, "port = 8000", "nat", &names);
+        load(&topo, &cfg);
+        let started = Instant::now();
+        let replies = ask_many(&topo.client, 600, tcp_ask_at, addr);
+        println!(
+            "{label} weights {weights:?}: 600 connections in {:?}",
+            started.elapsed()
+        );
+        assert!(replies.iter().all(|r| r.port == 8000));
+        let counts = count_by_backend(&replies);
+        let pairs: Vec<(&str, u32)> = names.iter().copied().zip(weights).collect();
+        assert_shares(&format!("{label} {weights:?}"), &counts, &pairs);
+    }
+    let status = topo.lb_status().expect("lb status");
+    println!(
+        "{label}: VIP packets {:?}, new flows per backend {:?}; global {}",
+        vip_packets(&status, &name),
+        backend_new_flows(&status, &name),
+        globals(&status)
+    );
+    assert!(
+        global(&status, "nat_reply").unwrap_or(0) > 0,
+        "replies were reverse-translated by the program: {}",
+        globals(&status)
+    );
+}
+
+/// 300 UDP requests from different source ports through a udp-l4 NAT VIP are all answered
+/// (connected client sockets: only answers from the VIP itself are delivered, so every
+/// answer was translated back) and spread over all 3 backends.
+pub fn udp_l4_nat_requests_answered_and_spread(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("udp-l4");
+    let vip = family.vip(11);
+    let topo = family.topology(None);
+    topo.udp_servers(5300).expect("servers");
+    let names = all_names(&topo);
+    let cfg = backend_services(&topo, family, 5300, &[1, 1, 1])
+        + &vservice(
+            &family.vip_name("dns"),
+            "udp-l4",
+            vip,
+            "port = 5300",
+            "nat",
+            &names,
+        );
+    load(&topo, &cfg);
+    let replies = ask_many(&topo.client, 300, udp_ask_at, at(vip, 5300));
+    let counts = count_by_backend(&replies);
+    println!("{label}: 300 of 300 answered: {counts:?}");
+    assert!(replies.iter().all(|r| r.port == 5300));
+    assert_shares(&label, &counts, &[("b1", 1), ("b2", 1), ("b3", 1)]);
+}
+
+/// Port Range (TCP-L4 with port_range 7000-7010, backend port 0): connections to several
+/// ports of the range reach backends on that same port and are spread; ports outside the
+/// range (6999, 7011, 7100) are not balanced although the backends listen there.
+pub fn port_range_keeps_port_and_ignores_outside_ports(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("port range");
+    let vip = family.vip(12);
+    let topo = family.topology(None);
+    let in_range = [7000u16, 7005, 7010];
+    let outside = [6999u16, 7011, 7100];
+    for p in in_range.iter().chain(&outside) {
+        topo.tcp_servers(*p).expect("servers");
+    }
+    let names = all_names(&topo);
+    let cfg = backend_services(&topo, family, 0, &[1, 1, 1])
+        + &vservice(
+            &family.vip_name("range"),
+            "tcp-l4",
+            vip,
+            "port_range = \"7000-7010\"",
+            "nat",
+            &names,
+        );
+    load(&topo, &cfg);
+    for p in in_range {
+        let replies = ask_many(&topo.client, 30, tcp_ask_at, at(vip, p));
+        let counts = count_by_backend(&replies);
+        println!("{label}: port {p}: {counts:?}");
+        assert!(
+            replies.iter().all(|r| r.port == p),
+            "backend port differs from {p}"
+        );
+        assert_eq!(counts.len(), 3, "port {p} spread over all backends");
+    }
+    for p in outside {
+        let result = topo
+            .client
+            .run(|| tcp_ask_at(at(vip, p)))
+            .expect("client namespace");
+        let shown = result.as_ref().map_err(|e| format!("{e:#}"));
+        println!("{label}: port {p} (outside) -> {shown:?}");
+        assert!(
+            result.is_err(),
+            "port {p} outside the range must not be balanced"
+        );
+    }
+}
+
+/// ANY-L3 (backend port 0): TCP to one port and UDP to another are both balanced to the port
+/// asked for, and ICMP / ICMPv6 echo to the VIP is answered through NAT (the echo reply comes
+/// back from the VIP).
+pub fn any_l3_balances_tcp_udp_and_icmp(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("any-l3");
+    let (vip, name) = (family.vip(13), family.vip_name("any"));
+    let topo = family.topology(None);
+    topo.tcp_servers(8080).expect("tcp servers");
+    topo.udp_servers(5353).expect("udp servers");
+    let names = all_names(&topo);
+    let cfg = backend_services(&topo, family, 0, &[1, 1, 1])
+        + &vservice(&name, "any-l3", vip, "", "nat", &names);
+    load(&topo, &cfg);
+    let tcp = ask_many(&topo.client, 60, tcp_ask_at, at(vip, 8080));
+    let udp = ask_many(&topo.client, 60, udp_ask_at, at(vip, 5353));
+    let (tcp_counts, udp_counts) = (count_by_backend(&tcp), count_by_backend(&udp));
+    println!("{label}: tcp 8080 {tcp_counts:?}, udp 5353 {udp_counts:?}");
+    assert!(tcp.iter().all(|r| r.port == 8080) && udp.iter().all(|r| r.port == 5353));
+    assert_eq!(tcp_counts.len(), 3, "tcp spread over all backends");
+    assert_eq!(udp_counts.len(), 3, "udp spread over all backends");
+    let vip_s = vip.to_string();
+    let mut args = family.ping_flags().to_vec();
+    args.extend(["-c", "3", "-W", "1", &vip_s]);
+    let ping = format!("ping {}", args.join(" "));
+    let before = topo.lb_status().expect("status");
+    let out = topo.client.exec("ping", &args);
+    let after = topo.lb_status().expect("status");
+    let out = out.unwrap_or_else(|e| {
+        panic!(
+            "{ping} (the ANY-L3 VIP): {e:#}\nVIP packets before {:?} after {:?}; global before {} after {}",
+            vip_packets(&before, &name),
+            vip_packets(&after, &name),
+            globals(&before),
+            globals(&after)
+        )
+    });
+    let answered = out
+        .lines()
+        .filter(|l| l.contains(&format!("bytes from {vip}")))
+        .count();
+    println!("{label}: {ping}: {answered} of 3 echo replies from the VIP");
+    assert_eq!(answered, 3, "ping output:\n{out}");
+}
+
+/// Per backend: (balancer `bkN` rx, balancer `bkN` tx, client `dsrN` rx) packets.
+fn dsr_link_stats(topo: &Topology) -> Vec<(u64, u64, u64)> {
+    topo.backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let (bk_rx, bk_tx) = topo.balancer.link_packets(&b.balancer_dev).expect("stats");
+            let (dsr_rx, _) = topo
+                .client
+                .link_packets(&format!("dsr{}", i + 1))
+                .expect("stats");
+            (bk_rx, bk_tx, dsr_rx)
+        })
+        .collect()
+}
+
+/// DSR: the balancer only rewrites MACs; backends (VIP on lo, no ARP / NDP answer for it)
+/// answer the client directly from the VIP, so the balancer's backend-side interfaces
+/// receive (almost) nothing, the balancer never resolves the VIP as a neighbour, and no NAT
+/// reply is counted.
+pub fn dsr_replies_bypass_the_balancer(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("dsr");
+    let (vip, name) = (family.vip(14), family.vip_name("dsr"));
+    let topo = family.topology(Some(vip));
+    topo.tcp_servers(8000).expect("servers");
+    let names = all_names(&topo);
+    let cfg = backend_services(&topo, family, 8000, &[1, 1, 1])
+        + &vservice(&name, "tcp-l4", vip, "port = 8000", "dsr", &names);
+    load(&topo, &cfg);
+    let before = dsr_link_stats(&topo);
+    let addr = at(vip, 8000);
+    let replies = ask_many(&topo.client, 60, tcp_ask_at, addr);
+    let mut held = topo
+        .client
+        .run(|| HeldConn::open_at(addr))
+        .expect("ns")
+        .expect("held");
+    for n in 0..20 {
+        held.echo(&format!("dsr {n}")).expect("echo over DSR");
+    }
+    // The client's kernel only accepts the connection's segments from the VIP itself.
+    assert_eq!(held.peer_addr().expect("peer"), addr);
+    drop(held);
+    let after = dsr_link_stats(&topo);
+    let counts = count_by_backend(&replies);
+    println!("{label}: 60 connections {counts:?}");
+    assert_eq!(counts.len(), 3, "spread over all backends");
+    let mut to_backends = 0;
+    let mut direct_replies = 0;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let (rx, tx, dsr) = (a.0 - b.0, a.1 - b.1, a.2 - b.2);
+        println!(
+            "{label}: b{}: balancer bk{} rx {rx} tx {tx} packets; client dsr{} rx {dsr} packets",
+            i + 1,
+            i + 1,
+            i + 1
+        );
+        assert!(
+            rx <= 5,
+            "b{}: {rx} packets came back through the balancer",
+            i + 1
+        );
+        to_backends += tx;
+        direct_replies += dsr;
+    }
+    // Each short connection is at least SYN, ACK+data, FIN one way and SYN-ACK, data, FIN back.
+    assert!(
+        to_backends >= 180,
+        "balancer forwarded {to_backends} packets to backends"
+    );
+    assert!(
+        direct_replies >= 180,
+        "client got {direct_replies} packets directly"
+    );
+    // No backend resolved the VIP as a neighbour of the balancer's (no ARP / NDP answer).
+    let neigh = topo
+        .balancer
+        .ip(&[family.ip_flag(), "neigh", "show", &vip.to_string()])
+        .expect("neigh");
+    assert!(
+        !neigh.contains("lladdr"),
+        "the VIP was resolved as a neighbour: {neigh}"
+    );
+    let status = topo.lb_status().expect("lb status");
+    let nat_replies = global(&status, "nat_reply");
+    println!(
+        "{label}: lb status nat_reply = {nat_replies:?}, VIP packets {:?}",
+        vip_packets(&status, &name)
+    );
+    assert_eq!(nat_replies, Some(0), "status: {status}");
+}
