@@ -34,8 +34,12 @@ pub mod names {
     pub const NEXTHOPS: &str = "NEXTHOPS";
     /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
     pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+    /// Programs reached by tail call: index -> program (`PROG_*`).
+    pub const PROGS: &str = "PROGS";
     /// Name of the XDP program in the object.
     pub const PROGRAM: &str = "lb_xdp";
+    /// The program for "too big" errors about VIP flows, at `PROG_ICMP_ERROR` of `PROGS`.
+    pub const ICMP_PROGRAM: &str = "lb_xdp_icmp";
 }
 
 /// Highest number of VIPs (size of the VIP-indexed arrays).
@@ -59,6 +63,10 @@ pub const MAX_NEXTHOPS: u32 = 65_536;
 /// How long a cached next hop is used before the FIB is asked again (1 s): neighbour and
 /// route changes reach the data path within this time.
 pub const NEXTHOP_TTL_NS: u64 = 1_000_000_000;
+/// `PROGS` index of the program for "too big" errors about VIP flows.
+pub const PROG_ICMP_ERROR: u32 = 0;
+/// Entries of `PROGS`.
+pub const PROG_COUNT: u32 = 1;
 /// Flag for map-in-map inner arrays whose size may differ from the template.
 pub const BPF_F_INNER_MAP: u32 = 0x1000;
 
@@ -110,6 +118,9 @@ pub const GLOBAL_IPV6_EXT: u32 = 9;
 /// IPv4 packet without DF goes to the kernel, which fragments it); a NAT reply goes to the
 /// kernel untranslated, which answers the backend.
 pub const GLOBAL_TOO_BIG: u32 = 10;
+/// Index: ICMP "fragmentation needed" / ICMPv6 "packet too big" errors about a VIP flow,
+/// delivered to the flow's backend or client with the quoted packet translated.
+pub const GLOBAL_ICMP_TOO_BIG: u32 = 11;
 
 /// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
 /// the upper-layer header; a longer chain goes to the kernel.

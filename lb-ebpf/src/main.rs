@@ -12,20 +12,22 @@ mod fib;
 mod flow;
 mod headers;
 mod icmp;
+mod icmp_error;
 mod ip;
 mod maps;
 mod parse;
 mod parse6;
 mod rewrite;
 mod stats;
+mod vip;
 
-use aya_ebpf::{bindings::xdp_action, btf_maps::lpm_trie::Key, macros::xdp, programs::XdpContext};
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::*;
 
 use crate::fib::Miss;
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
-use crate::maps::{ADDRS, NAT_REV, RANGES, VIPS};
+use crate::maps::{NAT_REV, PROGS};
 use crate::parse::{Packet, Parsed, Skip};
 
 /// The balancer program.
@@ -47,62 +49,36 @@ pub fn lb_xdp(ctx: XdpContext) -> u32 {
     }
 }
 
+/// "Too big" errors about VIP flows (reached from [`lb_xdp`] by a tail call): delivered to
+/// the flow's backend or client, or passed to the kernel.
+#[xdp]
+pub fn lb_xdp_icmp(ctx: XdpContext) -> u32 {
+    let verdict = match parse::parse(&ctx) {
+        Ok(Parsed::V4(pkt)) if icmp_error::is_candidate(&pkt) => {
+            icmp_error::deliver_error(&ctx, &pkt)
+        }
+        Ok(Parsed::V6(pkt)) if icmp_error::is_candidate(&pkt) => {
+            icmp_error::deliver_error(&ctx, &pkt)
+        }
+        _ => None,
+    };
+    verdict.unwrap_or_else(|| {
+        stats::global(GLOBAL_NO_VIP);
+        xdp_action::XDP_PASS
+    })
+}
+
 /// One parsed packet of either family: to a VIP, a NAT reply, or the kernel's.
 #[inline(always)]
 fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
-    if let Some(meta) = find_vip(pkt) {
+    if icmp_error::is_candidate(pkt) {
+        // Returns only when the program is not there: then the error goes on as any packet.
+        unsafe { PROGS.tail_call(ctx, PROG_ICMP_ERROR) };
+    }
+    if let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) {
         return to_backend(ctx, pkt, &meta);
     }
     nat_reply(ctx, pkt)
-}
-
-/// Exact VIP first (one lookup for most VIP traffic), then, for addresses that have them,
-/// Port Range and ANY-L3 entries.
-#[inline(always)]
-fn find_vip<H: IpHeader>(pkt: &Packet<H>) -> Option<VipMeta> {
-    let addr = pkt.daddr;
-    let has_ports = pkt.proto == IPPROTO_TCP || pkt.proto == IPPROTO_UDP;
-    if has_ports {
-        let key = VipKey {
-            addr,
-            port: pkt.dport,
-            proto: pkt.proto,
-            family: H::FAMILY,
-        };
-        if let Some(meta) = unsafe { VIPS.get(&key) } {
-            return Some(*meta);
-        }
-    }
-    let addr_key = AddrKey {
-        addr,
-        family: H::FAMILY,
-        pad: [0; 3],
-    };
-    let roles = *unsafe { ADDRS.get(&addr_key) }?;
-    if has_ports && roles & ADDR_VIP_RANGE != 0 {
-        let data = RangeData {
-            addr,
-            proto: pkt.proto,
-            family: H::FAMILY,
-            port: pkt.dport,
-        };
-        let key = Key::new(RANGE_PREFIX_BASE + 16, data);
-        if let Some(meta) = RANGES.get(&key) {
-            return Some(*meta);
-        }
-    }
-    if roles & ADDR_VIP_ANY != 0 {
-        let key = VipKey {
-            addr,
-            port: 0,
-            proto: PROTO_ANY,
-            family: H::FAMILY,
-        };
-        if let Some(meta) = unsafe { VIPS.get(&key) } {
-            return Some(*meta);
-        }
-    }
-    None
 }
 
 /// Client -> VIP: choose a backend and forward.

@@ -2,7 +2,7 @@
 //! the key and value types come from `lb-common`, shared with userspace.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray},
     macros::btf_map,
 };
 use lb_common::{
@@ -77,3 +77,7 @@ pub static BACKEND_STATS: PerCpuArray<Counters, { MAX_BACKEND_SLOTS as usize }> 
 /// Global counters, indexed by `lb_common::GLOBAL_*`.
 #[btf_map]
 pub static GLOBAL_STATS: PerCpuArray<u64, { GLOBAL_COUNT as usize }> = PerCpuArray::new();
+
+/// Programs reached by tail call, indexed by `lb_common::PROG_*`.
+#[btf_map]
+pub static PROGS: ProgramArray<{ lb_common::PROG_COUNT as usize }> = ProgramArray::new();

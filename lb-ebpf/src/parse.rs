@@ -24,6 +24,9 @@ pub struct Packet<H> {
     pub sport: u16,
     pub dport: u16,
     pub tcp_flags: u8,
+    /// ICMP or ICMPv6 type and code (0 for other protocols).
+    pub icmp_kind: u8,
+    pub icmp_code: u8,
     /// Addresses in the 16-byte key form (IPv4 in word 0).
     pub saddr: [u32; 4],
     pub daddr: [u32; 4],
@@ -120,6 +123,8 @@ fn parse4(start: usize, end: usize, eth: *mut EthHdr, l3: usize) -> Result<Packe
         sport: 0,
         dport: 0,
         tcp_flags: 0,
+        icmp_kind: 0,
+        icmp_code: 0,
         saddr: [unsafe { (*ip).saddr }, 0, 0, 0],
         daddr: [unsafe { (*ip).daddr }, 0, 0, 0],
         len: (end - start) as u64,
@@ -179,6 +184,8 @@ pub fn transport<H: IpHeader>(
         p if p == H::ICMP => {
             let icmp: *mut IcmpHdr = ptr_at(start, end, l4_off).ok_or(Skip::Malformed)?;
             let kind = unsafe { (*icmp).kind };
+            pkt.icmp_kind = kind;
+            pkt.icmp_code = unsafe { (*icmp).code };
             if H::ICMP_PSEUDO_HEADER && (ICMPV6_ND_FIRST..=ICMPV6_ND_LAST).contains(&kind) {
                 return Err(Skip::Neighbour);
             }

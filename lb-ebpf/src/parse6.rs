@@ -76,6 +76,8 @@ pub fn parse6(
         sport: 0,
         dport: 0,
         tcp_flags: 0,
+        icmp_kind: 0,
+        icmp_code: 0,
         saddr: unsafe { (*ip).saddr },
         daddr: unsafe { (*ip).daddr },
         len: frame as u64,

@@ -9,6 +9,8 @@
 
 #[path = "fixtures/cases_backends.rs"]
 mod cases_backends;
+#[path = "fixtures/cases_icmp_error.rs"]
+mod cases_icmp_error;
 #[path = "fixtures/cases_ipv6.rs"]
 mod cases_ipv6;
 #[path = "fixtures/cases_ipv6_edge.rs"]
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         cases_ipv6::list(),
         cases_ipv6_edge::list(),
         cases_mtu::list(),
+        cases_icmp_error::list(),
         cases_ipv6_parse::list(),
     ]
     .into_iter()

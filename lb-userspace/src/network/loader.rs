@@ -21,7 +21,7 @@ use super::maps::Maps;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 11] = [
+const MAP_NAMES: [&str; 12] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -33,6 +33,7 @@ const MAP_NAMES: [&str; 11] = [
     names::VIP_STATS,
     names::BACKEND_STATS,
     names::GLOBAL_STATS,
+    names::PROGS,
 ];
 
 /// How to load the data path.
@@ -191,9 +192,20 @@ impl DataPath {
         if let Some(dir) = &opts.pin_dir {
             prog.pin(prog_pin(dir)).context("pinning the XDP program")?;
         }
+        let mut maps = Maps::new(maps)?;
+        // The tail-called programs live as long as the (pinned) PROGS map holds them.
+        let icmp: &mut Xdp = ebpf
+            .program_mut(names::ICMP_PROGRAM)
+            .ok_or_else(|| anyhow!("the XDP object has no program {}", names::ICMP_PROGRAM))?
+            .try_into()?;
+        icmp.load()
+            .context("verifying the XDP program for ICMP errors")?;
+        maps.progs
+            .set(lb_common::PROG_ICMP_ERROR, icmp.fd()?, 0)
+            .context("writing PROGS")?;
         Ok(DataPath {
             program: Program::Owned(Box::new(ebpf)),
-            maps: Maps::new(maps)?,
+            maps,
             state: State::default(),
             pin_dir: opts.pin_dir.clone(),
             adopted: false,

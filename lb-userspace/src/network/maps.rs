@@ -1,7 +1,9 @@
 //! Typed handles on the data path's maps (the same types the eBPF side declares).
 
 use anyhow::{Context, Result, anyhow};
-use aya::maps::{Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues};
+use aya::maps::{
+    Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
+};
 use lb_common::{
     AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, NextHop, RangeData, VipKey,
     VipMeta,
@@ -23,6 +25,8 @@ pub(crate) struct Maps {
     pub vip_stats: PerCpuArray<MapData, Counters>,
     pub backend_stats: PerCpuArray<MapData, Counters>,
     pub global_stats: PerCpuArray<MapData, u64>,
+    /// Programs reached by tail call (written once at load).
+    pub progs: ProgramArray<MapData>,
 }
 
 impl Maps {
@@ -42,6 +46,7 @@ impl Maps {
             vip_stats: next("VIP_STATS")?.try_into().context("VIP_STATS")?,
             backend_stats: next("BACKEND_STATS")?.try_into().context("BACKEND_STATS")?,
             global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
+            progs: next("PROGS")?.try_into().context("PROGS")?,
         })
     }
 

@@ -8,7 +8,7 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 11] = [
+const GLOBAL_NAMES: [(&str, u32); 12] = [
     ("malformed", GLOBAL_MALFORMED),
     ("not_ip", GLOBAL_NOT_IP),
     ("fragment", GLOBAL_FRAGMENT),
@@ -20,6 +20,7 @@ const GLOBAL_NAMES: [(&str, u32); 11] = [
     ("fib_lookup", GLOBAL_FIB_LOOKUP),
     ("ipv6_ext", GLOBAL_IPV6_EXT),
     ("too_big", GLOBAL_TOO_BIG),
+    ("icmp_too_big", GLOBAL_ICMP_TOO_BIG),
 ];
 
 /// Everything `lb status` shows.
