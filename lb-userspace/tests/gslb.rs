@@ -201,11 +201,14 @@ fn addresses(message: &Message) -> Vec<IpAddr> {
 
 /// The addresses seen over `n` A queries of www.gslb.test.
 async fn seen(server: SocketAddr, n: usize) -> HashSet<IpAddr> {
+    seen_of(server, n, RecordType::A).await
+}
+
+/// The addresses seen over `n` queries of type `qtype` for www.gslb.test.
+async fn seen_of(server: SocketAddr, n: usize, qtype: RecordType) -> HashSet<IpAddr> {
     let mut all = HashSet::new();
     for _ in 0..n {
-        all.extend(addresses(
-            &ask(server, "www.gslb.test.", RecordType::A).await,
-        ));
+        all.extend(addresses(&ask(server, "www.gslb.test.", qtype).await));
     }
     all
 }
@@ -570,17 +573,24 @@ impl Drop for Daemon {
 /// Starts a site daemon with an HTTP vService `web` over one backend on `backend_port`,
 /// checked by TCP every second (RS = RF = 1), decisions reflected at once.
 async fn daemon(tag: &str, backend_port: u16) -> Daemon {
+    daemon_at("127.0.0.1".parse().unwrap(), tag, backend_port).await
+}
+
+/// [`daemon`] with its API, vService and backend on the loopback address `ip` (`::1` for
+/// an IPv6 site).
+async fn daemon_at(ip: IpAddr, tag: &str, backend_port: u16) -> Daemon {
     let (api_port, vs_port) = (free_port(), free_port());
+    let api = SocketAddr::new(ip, api_port);
     let dir = std::env::temp_dir().join(format!("lb-gslb-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("lb.toml");
     let text = format!(
-        "[api]\nlisten = \"127.0.0.1:{api_port}\"\n[reflection]\nl7_delay = 0.0\n\
+        "[api]\nlisten = \"{api}\"\n[reflection]\nl7_delay = 0.0\n\
          [[health_check]]\nname = \"t\"\ntype = \"tcp\"\nperiod = 1.0\ntimeout = 1.0\n\
          required_successes = 1\nrequired_failures = 1\n\
-         [[backend_service]]\nname = \"b\"\naddress = \"127.0.0.1\"\nport = {backend_port}\n\
+         [[backend_service]]\nname = \"b\"\naddress = \"{ip}\"\nport = {backend_port}\n\
          health_check = \"t\"\n\
-         [[vservice]]\nname = \"web\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
+         [[vservice]]\nname = \"web\"\nkind = \"http\"\naddress = \"{ip}\"\n\
          port = {vs_port}\nbackends = [\"b\"]\n"
     );
     std::fs::write(&config, text).unwrap();
@@ -595,14 +605,19 @@ async fn daemon(tag: &str, backend_port: u16) -> Daemon {
         .unwrap();
     Daemon {
         child,
-        api: format!("http://127.0.0.1:{api_port}"),
+        api: format!("http://{api}"),
         _dir: PathGuard(dir),
     }
 }
 
 /// A TCP backend that accepts (and closes) connections until aborted.
 async fn backend(port: u16) -> tokio::task::JoinHandle<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    backend_at("127.0.0.1".parse().unwrap(), port).await
+}
+
+/// [`backend`] on the loopback address `ip`.
+async fn backend_at(ip: IpAddr, port: u16) -> tokio::task::JoinHandle<()> {
+    let listener = TcpListener::bind((ip, port)).await.unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             drop(stream);
@@ -612,9 +627,14 @@ async fn backend(port: u16) -> tokio::task::JoinHandle<()> {
 
 /// Waits (bounded) until A queries of www answer exactly `want`.
 async fn wait_answers(server: SocketAddr, want: &[&str], within: Duration) {
+    wait_answers_of(server, RecordType::A, want, within).await
+}
+
+/// Waits (bounded) until `qtype` queries of www answer exactly `want`.
+async fn wait_answers_of(server: SocketAddr, qtype: RecordType, want: &[&str], within: Duration) {
     let start = Instant::now();
     loop {
-        let got = seen(server, 4).await;
+        let got = seen_of(server, 4, qtype).await;
         if got == set(want) {
             return;
         }
@@ -657,6 +677,55 @@ async fn e2e_s_gs1_s_gs2_s_gs4_real_site_daemons() {
     wait_state(&gslb, "a", SiteState::NoConnection, Duration::from_secs(5)).await;
     let status = status_of(&gslb, "a");
     assert!(status.reason.contains(&site_a.api), "{status:?}");
+    gslb.shutdown().await;
+    backend_a.abort();
+    backend_s.abort();
+}
+
+/// S-GS1/S-GS2 with IPv6 site daemons: each site's API, vService and backend on `::1`, the
+/// DNS vService polling them over IPv6 and answering AAAA with the sites' IPv6 addresses;
+/// the standby's address appears when the active site's backend stops, and goes when it is
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_s_gs1_s_gs2_ipv6_site_daemons_answer_aaaa() {
+    let v6: IpAddr = "::1".parse().unwrap();
+    let (port_a, port_s) = (free_port(), free_port());
+    let mut backend_a = backend_at(v6, port_a).await;
+    let backend_s = backend_at(v6, port_s).await;
+    let site_a = daemon_at(v6, "a6", port_a).await;
+    let site_s = daemon_at(v6, "s6", port_s).await;
+    assert!(site_a.api.starts_with("http://[::1]:"), "{}", site_a.api);
+    let sites = [
+        site_toml(
+            "a",
+            "192.0.2.1",
+            &site_a.api,
+            false,
+            "address6 = \"2001:db8::a\"",
+        ),
+        site_toml(
+            "s",
+            "192.0.2.9",
+            &site_s.api,
+            true,
+            "address6 = \"2001:db8::9\"",
+        ),
+    ];
+    let (gslb, dns_port) = start("round-robin", 2, 0, &sites).await;
+    let server = SocketAddr::from(([127, 0, 0, 1], dns_port));
+    wait_state(&gslb, "a", SiteState::Ok, Duration::from_secs(10)).await;
+    wait_state(&gslb, "s", SiteState::Ok, Duration::from_secs(10)).await;
+    let aaaa = RecordType::AAAA;
+    wait_answers_of(server, aaaa, &["2001:db8::a"], Duration::from_secs(2)).await;
+
+    backend_a.abort();
+    let _ = (&mut backend_a).await;
+    wait_state(&gslb, "a", SiteState::NoServices, Duration::from_secs(10)).await;
+    wait_answers_of(server, aaaa, &["2001:db8::9"], Duration::from_secs(2)).await;
+
+    let backend_a = backend_at(v6, port_a).await;
+    wait_state(&gslb, "a", SiteState::Ok, Duration::from_secs(10)).await;
+    wait_answers_of(server, aaaa, &["2001:db8::a"], Duration::from_secs(2)).await;
     gslb.shutdown().await;
     backend_a.abort();
     backend_s.abort();
