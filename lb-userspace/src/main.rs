@@ -15,8 +15,20 @@ use tracing::{info, warn};
 #[derive(Parser)]
 #[command(name = "lb", version, about = "Load balancer: XDP Network vServices")]
 struct Cli {
+    /// How log lines are written to stderr: `text` (coloured only on a terminal) or `json`
+    /// (one object per line, for log shippers).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -79,16 +91,28 @@ enum Command {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    if let Err(e) = run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// `RUST_LOG` when set, else INFO, with the DNS library's per-query lines kept at WARN
+/// (two INFO lines a query drowned everything else). Colour only when stderr is a terminal,
+/// so files and pipes get plain text.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,hickory_server=warn,hickory_proto=warn")
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().init(),
     }
 }
 
