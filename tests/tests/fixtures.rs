@@ -31,6 +31,8 @@ mod ctx;
 mod frames;
 #[path = "fixtures/frames6.rs"]
 mod frames6;
+#[path = "fixtures/icmp.rs"]
+mod icmp;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;

@@ -358,7 +358,8 @@ fn write_addrs(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// The maps hold addresses as the packet carries them: the frame's bytes in order, IPv4
+    /// No SPEC rule covers the map layout. The maps hold addresses as the packet carries
+    /// them: the frame's bytes in order, IPv4
     /// in the first word, each key marked with its family.
     #[test]
     fn addresses_are_stored_in_wire_order_with_their_family() {
