@@ -359,8 +359,8 @@ mod tests {
     use super::*;
 
     /// No SPEC rule covers the map layout. The maps hold addresses as the packet carries
-    /// them: the frame's bytes in order, IPv4
-    /// in the first word, each key marked with its family.
+    /// them: the frame's bytes in order, IPv4 in the first word, each key marked with its
+    /// family.
     #[test]
     fn addresses_are_stored_in_wire_order_with_their_family() {
         let (v4, f4) = addr_words("10.1.2.3".parse().expect("ip"));
