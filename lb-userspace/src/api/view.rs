@@ -1,12 +1,12 @@
 //! One consistent read of the running daemon (configuration, health, selections, counters)
 //! and the JSON views built from it, shared by the REST resources, Live Stats and metrics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{Config, PortSpec, VService, VServiceKind};
+use crate::config::{ByName, Config, PortSpec, VService, VServiceKind};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
 use crate::selection::{ApplyAdmin, Health, ListSelection, Model, Policy, Selections, Tier};
@@ -99,13 +99,21 @@ impl Snapshot {
         sel: Option<&ListSelection>,
         policy: Policy,
     ) -> ListView {
+        let eligible: HashSet<&str> = sel
+            .map(|s| s.eligible.iter().map(|e| e.name.as_str()).collect())
+            .unwrap_or_default();
+        let drained: HashSet<&str> = sel
+            .map(|s| s.drained.iter().map(String::as_str).collect())
+            .unwrap_or_default();
         let members = expand(&self.cfg, list)
             .into_iter()
             .map(|(member, backup)| {
-                let state = match sel {
-                    Some(s) if s.eligible.iter().any(|e| e.name == member) => "eligible",
-                    Some(s) if s.drained.contains(&member) => "drained",
-                    _ => "down",
+                let state = if eligible.contains(member.as_str()) {
+                    "eligible"
+                } else if drained.contains(member.as_str()) {
+                    "drained"
+                } else {
+                    "down"
                 };
                 let role = if backup && policy.admin == ApplyAdmin::Yes {
                     "backup"
@@ -289,17 +297,19 @@ pub(crate) struct BackendView {
 
 /// The members of a list in order, groups expanded, each once, with its Backup role
 /// (a group's flag decides for its members, as in the selection model).
-pub(crate) fn expand(cfg: &Config, list: &[String]) -> Vec<(String, bool)> {
+pub(crate) fn expand<'c>(cfg: &'c Config, list: &[String]) -> Vec<(String, bool)> {
+    let names = ByName::new(cfg);
+    let mut seen: HashSet<&'c str> = HashSet::new();
     let mut out: Vec<(String, bool)> = Vec::new();
-    let mut push = |name: &str, backup: bool| {
-        if !out.iter().any(|(n, _)| n == name) {
+    let mut push = |name: &'c str, backup: bool| {
+        if seen.insert(name) {
             out.push((name.to_string(), backup));
         }
     };
     for entry in list {
-        if let Some(s) = cfg.backend_services.iter().find(|s| s.name == *entry) {
+        if let Some(s) = names.service(entry) {
             push(&s.name, s.backup);
-        } else if let Some(g) = cfg.backend_groups.iter().find(|g| g.name == *entry) {
+        } else if let Some(g) = names.group(entry) {
             for m in &g.members {
                 push(m, g.backup);
             }

@@ -9,6 +9,9 @@ use super::error::{ConfigError, ConfigIssue};
 pub(super) struct Issues<'a> {
     origin: &'a str,
     text: &'a str,
+    /// Byte offset where each line starts, so a position costs a binary search instead of
+    /// a scan from the top (a file of 50,000 Backend Services reports thousands of them).
+    line_starts: Vec<usize>,
     errors: Vec<ConfigIssue>,
     warnings: Vec<ConfigIssue>,
 }
@@ -16,9 +19,13 @@ pub(super) struct Issues<'a> {
 impl<'a> Issues<'a> {
     /// A sink for the text `text` read from `origin`.
     pub(super) fn new(origin: &'a str, text: &'a str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
         Self {
             origin,
             text,
+            line_starts,
             errors: Vec::new(),
             warnings: Vec::new(),
         }
@@ -27,9 +34,7 @@ impl<'a> Issues<'a> {
     /// Records an error at the byte span `span` of the text.
     pub(super) fn error(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
         let issue = self.issue(span, field, message.into());
-        if !self.errors.contains(&issue) {
-            self.errors.push(issue);
-        }
+        self.errors.push(issue);
     }
 
     /// Records a warning (a value that was adjusted, S-HC4) at the byte span `span`.
@@ -60,7 +65,12 @@ impl<'a> Issues<'a> {
         if self.errors.is_empty() {
             return Ok(self.warnings.iter().map(ToString::to_string).collect());
         }
-        self.errors.sort_by_key(|issue| (issue.line, issue.column));
+        // The same problem reached twice (e.g. through two lists) is told once; sorting
+        // then deduplicating keeps this linear-logarithmic for files with many errors.
+        self.errors.sort_by(|a, b| {
+            (a.line, a.column, &a.field, &a.message).cmp(&(b.line, b.column, &b.field, &b.message))
+        });
+        self.errors.dedup();
         Err(ConfigError {
             errors: self.errors,
         })
@@ -83,10 +93,10 @@ impl<'a> Issues<'a> {
         while !self.text.is_char_boundary(end) {
             end -= 1;
         }
-        let before = &self.text[..end];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
+        // Lines whose start is at or before `end`; the first line starts at 0, so >= 1.
+        let line = self.line_starts.partition_point(|&start| start <= end);
+        let line_start = self.line_starts[line - 1];
+        let column = self.text[line_start..end].chars().count() + 1;
         (line, column)
     }
 }

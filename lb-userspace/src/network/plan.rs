@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 
-use crate::config::{Config, Forwarding, PortSpec, VServiceKind};
+use crate::config::{ByName, Config, Forwarding, PortSpec, VServiceKind};
 use crate::selection::{Health, Model};
 
 /// One Network vService as the data path sees it.
@@ -50,6 +50,7 @@ pub struct BackendPlan {
 pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan>> {
     let model = Model::from_config(cfg);
     let mut out = Vec::new();
+    let by_name = ByName::new(cfg);
     for vs in cfg.vservices.iter().filter(|v| v.kind.is_network()) {
         let (proto, ports) = match (vs.kind, vs.ports) {
             (VServiceKind::AnyL3, _) | (_, PortSpec::Any) => (0, (0, 0)),
@@ -78,7 +79,7 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
         };
         let mut seen = HashSet::new();
         for member in &vs.backends {
-            let names: Vec<&str> = match cfg.backend_groups.iter().find(|g| &g.name == member) {
+            let names: Vec<&str> = match by_name.group(member) {
                 Some(group) => group.members.iter().map(String::as_str).collect(),
                 None => vec![member.as_str()],
             };

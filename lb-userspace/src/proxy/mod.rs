@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 
 pub use http::MAX_HEADER_BYTES;
 
-use crate::config::{Config, VService, VServiceKind};
+use crate::config::{ByName, Config, VService, VServiceKind};
 use crate::selection::Published;
 use listener::Listener;
 use runtime::{VsCounters, VsRuntime};
@@ -241,6 +241,7 @@ impl Proxy {
 /// an address a running one gives up (renamed or changed vService) takes over its socket.
 fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec<Step>> {
     let mut steps = Vec::new();
+    let names = ByName::new(cfg);
     for vs in cfg.vservices.iter().filter(|v| !v.kind.is_network()) {
         let listen = listen_addr(vs)?;
         let current = running.get(&vs.name);
@@ -249,7 +250,7 @@ fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec
             let previous = l.rt.settings.load();
             steps.push(Step::Keep(
                 vs.name.clone(),
-                Box::new(VsSettings::build(cfg, vs, Some(&previous))?),
+                Box::new(VsSettings::build(&names, vs, Some(&previous))?),
             ));
             continue;
         }
@@ -271,7 +272,7 @@ fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec
                     .with_context(|| format!("vService {}: cannot listen on {listen}", vs.name))?,
             ),
         };
-        let settings = VsSettings::build(cfg, vs, None)?;
+        let settings = VsSettings::build(&names, vs, None)?;
         steps.push(Step::Start(
             Box::new(vs.clone()),
             listen,

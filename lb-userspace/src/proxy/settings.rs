@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use super::balance::BackendInfo;
 use super::conditions::Conditions;
 use super::upstream::{Upstream, new_upstream};
-use crate::config::{Config, L7Settings, PortSpec, VService, VServiceKind};
+use crate::config::{ByName, L7Settings, PortSpec, VService, VServiceKind};
 
 /// Backend Services of one list by name, with their effective maintenance in that list.
 pub(crate) type InfoMap = HashMap<String, BackendInfo>;
@@ -36,7 +36,7 @@ impl VsSettings {
     /// Builds the settings of `vs`; `previous` lends its upstream client and TLS acceptor when
     /// their inputs did not change, so pooled connections survive a reload.
     pub(crate) fn build(
-        cfg: &Config,
+        names: &ByName<'_>,
         vs: &VService,
         previous: Option<&VsSettings>,
     ) -> anyhow::Result<VsSettings> {
@@ -45,11 +45,11 @@ impl VsSettings {
             .clone()
             .with_context(|| format!("vService {}: no L7 settings", vs.name))?;
         let port = listen_addr(vs)?.port();
-        let default_info = list_info(cfg, &vs.backends, port);
+        let default_info = list_info(names, &vs.backends, port);
         let set_info = l7
             .conditional_sets
             .iter()
-            .map(|s| (s.name.clone(), list_info(cfg, &s.backends, port)))
+            .map(|s| (s.name.clone(), list_info(names, &s.backends, port)))
             .collect();
         let conditions = Conditions::compile(&l7.conditional_sets);
         let is_http = vs.kind == VServiceKind::Http;
@@ -99,10 +99,10 @@ pub(crate) fn listen_addr(vs: &VService) -> anyhow::Result<SocketAddr> {
 /// Resolves a list's members (Backend Services and Groups) to backend infos. Maintenance is
 /// the service's own flag OR that of a Group of this list that contains it (S-MT6); port 0
 /// ("the client's port") means the vService's own port.
-fn list_info(cfg: &Config, members: &[String], vs_port: u16) -> InfoMap {
+fn list_info(names: &ByName<'_>, members: &[String], vs_port: u16) -> InfoMap {
     let mut out = InfoMap::new();
     let mut add = |name: &str, group_maintenance: bool| {
-        let Some(svc) = cfg.backend_services.iter().find(|s| s.name == name) else {
+        let Some(svc) = names.service(name) else {
             return;
         };
         let port = if svc.port == 0 { vs_port } else { svc.port };
@@ -116,7 +116,7 @@ fn list_info(cfg: &Config, members: &[String], vs_port: u16) -> InfoMap {
         entry.maintenance |= group_maintenance;
     };
     for member in members {
-        match cfg.backend_groups.iter().find(|g| &g.name == member) {
+        match names.group(member) {
             Some(group) => group.members.iter().for_each(|m| add(m, group.maintenance)),
             None => add(member, false),
         }

@@ -3,8 +3,10 @@
 //! resolved, ranges ordered, S-HC4 adjustments applied), so consumers never re-check it;
 //! `restart` says which of its settings a reload cannot change.
 
+mod index;
 mod restart;
 
+pub use index::ByName;
 pub use restart::restart_only_changes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Lists of Backend Services (a vService's Default list or a Conditional set's list): names
 //! defined, each backend once, and for L7 vServices a port the proxy can connect to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use serde_spanned::Spanned;
@@ -39,6 +39,8 @@ pub(in crate::config) fn backend_list(
     }
     // Backend Service name -> the list entry that brought it in.
     let mut seen: HashMap<&str, &str> = HashMap::new();
+    // The list's own entries, so "listed twice" is one lookup, not a scan of `seen`.
+    let mut entries: HashSet<&str> = HashSet::new();
     for (index, item) in list.get_ref().iter().enumerate() {
         let field = format!("{field}[{index}]");
         let name = item.get_ref().as_str();
@@ -54,7 +56,7 @@ pub(in crate::config) fn backend_list(
             Lookup::Service(_) | Lookup::Invalid => vec![name],
             Lookup::Group(group) => group.members.iter().map(String::as_str).collect(),
         };
-        if seen.values().any(|via| *via == name) {
+        if !entries.insert(name) {
             issues.error(&item.span(), &field, format!("`{name}` is listed twice"));
             continue;
         }

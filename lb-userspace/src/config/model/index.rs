@@ -1,0 +1,42 @@
+//! Backend Services and Groups by name, built once per configuration: the model keeps them
+//! as ordered lists (the file's order, which the API and pages show), and resolving a list
+//! of 10,000 names by scanning those would cost 10,000 x 10,000 comparisons per reload.
+
+use std::collections::HashMap;
+
+use super::{BackendGroup, BackendService, Config};
+
+/// Name lookups into one [`Config`]; build it where many names are resolved, not per name.
+#[derive(Debug)]
+pub struct ByName<'a> {
+    services: HashMap<&'a str, &'a BackendService>,
+    groups: HashMap<&'a str, &'a BackendGroup>,
+}
+
+impl<'a> ByName<'a> {
+    /// Indexes `cfg`'s Backend Services and Groups.
+    pub fn new(cfg: &'a Config) -> Self {
+        Self {
+            services: cfg
+                .backend_services
+                .iter()
+                .map(|s| (s.name.as_str(), s))
+                .collect(),
+            groups: cfg
+                .backend_groups
+                .iter()
+                .map(|g| (g.name.as_str(), g))
+                .collect(),
+        }
+    }
+
+    /// The Backend Service called `name`.
+    pub fn service(&self, name: &str) -> Option<&'a BackendService> {
+        self.services.get(name).copied()
+    }
+
+    /// The Backend Group called `name`.
+    pub fn group(&self, name: &str) -> Option<&'a BackendGroup> {
+        self.groups.get(name).copied()
+    }
+}
