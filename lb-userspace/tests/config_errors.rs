@@ -1,7 +1,7 @@
 //! Every class of configuration error: the exact line it is reported on, the field path,
 //! and a message naming the field or the rule.
 
-use lb::config::{ConfigIssue, parse};
+use lb::config::{ConfigIssue, Handshake, HealthKind, parse};
 
 /// Joins lines into a file, so that `lines[i]` is on line `i + 1`.
 fn doc(lines: &[&str]) -> String {
@@ -588,6 +588,30 @@ fn s_hc2_field_of_another_type_is_named() {
     let text = check("http", &["verify_tls = true"]);
     let words = "`verify_tls` applies only to https checks";
     assert_issue(&text, "health_check[0].verify_tls", 4, words);
+}
+
+#[test]
+fn s_hc2_tcp_handshake_is_half_open_or_full() {
+    let text = check("tcp", &["handshake = \"syn\""]);
+    let words = "`syn` is not a TCP check handshake: use \"half-open\"";
+    assert_issue(&text, "health_check[0].handshake", 4, words);
+    let text = check("http", &["handshake = \"full\""]);
+    let words = "`handshake` applies only to tcp checks, not to a http check";
+    assert_issue(&text, "health_check[0].handshake", 4, words);
+    for (value, expected) in [
+        ("half-open", Handshake::HalfOpen),
+        ("full", Handshake::Full),
+    ] {
+        let text = check("tcp", &[&format!("handshake = \"{value}\"")]);
+        let config = parse(&text, "lb.toml").expect(value);
+        assert_eq!(config.health_checks[0].kind, HealthKind::Tcp(expected));
+    }
+    let config = parse(&check("tcp", &[]), "lb.toml").expect("no handshake");
+    assert_eq!(
+        config.health_checks[0].kind,
+        HealthKind::Tcp(Handshake::HalfOpen),
+        "half-open unless told otherwise"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb::config::{DnsCheck, HttpCheck};
+use lb::config::{DnsCheck, Handshake, HttpCheck};
 use lb::health::{DnsProbe, HttpProbe, PingProbe, Probe, ProbeResult, TcpProbe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
@@ -118,16 +118,20 @@ async fn closed_port() -> SocketAddr {
 #[tokio::test]
 async fn s_hc2_tcp_open_port_succeeds() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let result = run(&TcpProbe::new(listener.local_addr().unwrap(), T)).await;
+    let addr = listener.local_addr().unwrap();
+    let result = run(&TcpProbe::new(addr, T, Handshake::HalfOpen)).await;
     assert!(result.ok, "{result:?}");
-    assert!(result.reason.contains("connected"));
+    assert!(result.reason.contains("SYN-ACK in"), "{result:?}");
+    let result = run(&TcpProbe::new(addr, T, Handshake::Full)).await;
+    assert!(result.ok, "{result:?}");
+    assert!(result.reason.contains("connected in"), "{result:?}");
 }
 
 // S-HC2/S-HC3 TCP: a closed port fails at once, not after T.
 #[tokio::test]
 async fn s_hc3_tcp_closed_port_fails_at_once() {
     let addr = closed_port().await;
-    let result = run(&TcpProbe::new(addr, T)).await;
+    let result = run(&TcpProbe::new(addr, T, Handshake::HalfOpen)).await;
     assert_failed(&result, "refused");
     assert!(result.duration < T / 4, "{result:?}");
 }

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lb::config::{
-    BackendService, Forwarding, HealthCheck, HealthKind, L7Settings, Persistence, PortSpec,
-    Timeouts, VService, VServiceKind,
+    BackendService, Forwarding, Handshake, HealthCheck, HealthKind, L7Settings, Persistence,
+    PortSpec, Timeouts, VService, VServiceKind,
 };
 use lb::proxy::Proxy;
 use lb::selection::{Health, Published, Selections};
@@ -518,7 +518,7 @@ impl Env {
         let mut cfg = lb::config::parse("", "l7-http1-test.toml").expect("an empty config parses");
         cfg.health_checks = vec![HealthCheck {
             name: "hc".into(),
-            kind: HealthKind::Tcp,
+            kind: HealthKind::Tcp(Handshake::HalfOpen),
             period: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
             required_successes: 3,

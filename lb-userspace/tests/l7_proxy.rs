@@ -23,8 +23,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use lb::config::{
     BackendGroup, BackendService, Condition, ConditionalSet, Config, CookiePersistence, Forwarding,
-    HealthCheck, HealthKind, L7Settings, Persistence, PortSpec, SameSite, StrMatch, Timeouts,
-    TlsSettings, VService, VServiceKind,
+    Handshake, HealthCheck, HealthKind, L7Settings, Persistence, PortSpec, SameSite, StrMatch,
+    Timeouts, TlsSettings, VService, VServiceKind,
 };
 use lb::proxy::Proxy;
 use lb::selection::{Health, Published, Selections};
@@ -276,7 +276,7 @@ fn config(services: Vec<BackendService>, groups: Vec<BackendGroup>, vs: Vec<VSer
     let mut cfg = lb::config::parse("", "l7-test.toml").expect("an empty config parses");
     cfg.health_checks = vec![HealthCheck {
         name: "hc".into(),
-        kind: HealthKind::Tcp,
+        kind: HealthKind::Tcp(Handshake::HalfOpen),
         period: Duration::from_secs(1),
         timeout: Duration::from_secs(1),
         required_successes: 3,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::ApiState;
 use super::error::{ApiError, ApiResult};
 use super::view::{Snapshot, used_in};
-use crate::config::{HealthCheck, HealthKind};
+use crate::config::{Handshake, HealthCheck, HealthKind};
 
 /// `GET /api/v1/status`: counts at a glance.
 pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
@@ -220,7 +220,13 @@ fn profile_value(hc: &HealthCheck, used_by: Vec<String>) -> Value {
     });
     let (kind, extra) = match &hc.kind {
         HealthKind::Ping => ("ping", Value::Null),
-        HealthKind::Tcp => ("tcp", Value::Null),
+        HealthKind::Tcp(handshake) => (
+            "tcp",
+            json!({ "handshake": match handshake {
+                Handshake::HalfOpen => "half-open",
+                Handshake::Full => "full",
+            } }),
+        ),
         HealthKind::Http(h) | HealthKind::Https(h) => (
             if matches!(hc.kind, HealthKind::Http(_)) {
                 "http"

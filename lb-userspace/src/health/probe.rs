@@ -69,7 +69,7 @@ impl ProbeFactory for NetworkProbes {
         let timeout = check.timeout;
         match &check.kind {
             HealthKind::Ping => Arc::new(PingProbe::new(service.address, timeout)),
-            HealthKind::Tcp => Arc::new(TcpProbe::new(addr, timeout)),
+            HealthKind::Tcp(handshake) => Arc::new(TcpProbe::new(addr, timeout, *handshake)),
             HealthKind::Http(http) => Arc::new(HttpProbe::plain(addr, http.clone(), timeout)),
             HealthKind::Https(http) => Arc::new(HttpProbe::tls(addr, http.clone(), timeout)),
             HealthKind::Dns(dns) => Arc::new(DnsProbe::new(addr, dns.clone(), timeout)),

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb::config::{BackendService, HealthCheck, HealthKind};
+use lb::config::{BackendService, Handshake, HealthCheck, HealthKind};
 use lb::health::{
     BoxFuture, CheckRecord, EngineOptions, HealthEngine, HealthState, Probe, ProbeFactory,
     ProbeResult,
@@ -96,7 +96,7 @@ pub fn secs(s: f64) -> Duration {
 pub fn profile(p: f64, t: f64, rs: u32, rf: u32) -> HealthCheck {
     HealthCheck {
         name: "hc".into(),
-        kind: HealthKind::Tcp,
+        kind: HealthKind::Tcp(Handshake::HalfOpen),
         period: secs(p),
         timeout: secs(t),
         required_successes: rs,

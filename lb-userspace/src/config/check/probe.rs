@@ -6,7 +6,7 @@ use std::ops::Range;
 use serde_spanned::Spanned;
 
 use crate::config::issues::Issues;
-use crate::config::model::{DnsCheck, HealthKind, HttpCheck};
+use crate::config::model::{DnsCheck, Handshake, HealthKind, HttpCheck};
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawHealthCheck, RawHealthType};
 
@@ -17,7 +17,7 @@ const DNS_TYPES: [(&str, u16); 2] = [("A", 1), ("AAAA", 28)];
 fn specific_fields(
     raw: &RawHealthCheck,
 ) -> Vec<(&'static str, Range<usize>, &'static [RawHealthType])> {
-    use RawHealthType::{Dns, Http, Https};
+    use RawHealthType::{Dns, Http, Https, Tcp};
     const WEB: &[RawHealthType] = &[Http, Https];
     let span_of =
         |present: Option<Range<usize>>, name, types| present.map(|span| (name, span, types));
@@ -49,6 +49,11 @@ fn specific_fields(
             raw.query_type.as_ref().map(Spanned::span),
             "query_type",
             &[Dns],
+        ),
+        span_of(
+            raw.handshake.as_ref().map(Spanned::span),
+            "handshake",
+            &[Tcp],
         ),
     ]
     .into_iter()
@@ -83,10 +88,32 @@ pub(in crate::config) fn reject_foreign_fields(
 pub(in crate::config) fn probe(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthKind {
     match *entry.raw.kind.get_ref() {
         RawHealthType::Ping => HealthKind::Ping,
-        RawHealthType::Tcp => HealthKind::Tcp,
+        RawHealthType::Tcp => HealthKind::Tcp(handshake(entry, issues)),
         RawHealthType::Http => HealthKind::Http(http(entry, issues)),
         RawHealthType::Https => HealthKind::Https(http(entry, issues)),
         RawHealthType::Dns => HealthKind::Dns(dns(entry, issues)),
+    }
+}
+
+/// `handshake = "half-open"` (the default) or `"full"`.
+fn handshake(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> Handshake {
+    let Some(value) = &entry.raw.handshake else {
+        return Handshake::HalfOpen;
+    };
+    match value.get_ref().as_str() {
+        "half-open" => Handshake::HalfOpen,
+        "full" => Handshake::Full,
+        other => {
+            issues.error(
+                &value.span(),
+                &format!("{}.handshake", entry.path),
+                format!(
+                    "`{other}` is not a TCP check handshake: use \"half-open\" (SYN, SYN-ACK, \
+                     RST; the default) or \"full\" (the connection is completed, then reset)"
+                ),
+            );
+            Handshake::HalfOpen
+        }
     }
 }
 

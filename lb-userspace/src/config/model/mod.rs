@@ -161,13 +161,26 @@ pub enum HealthKind {
     /// ICMP echo to the Backend Service's address.
     Ping,
     /// TCP connect to the Backend Service's address and port.
-    Tcp,
+    Tcp(Handshake),
     /// HTTP request.
     Http(HttpCheck),
     /// HTTPS request.
     Https(HttpCheck),
     /// DNS query over UDP.
     Dns(DnsCheck),
+}
+
+/// How far a TCP check takes the handshake (`handshake` in a `type = "tcp"` profile).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Handshake {
+    /// SYN, then the SYN-ACK is the success and the probe answers it with RST: the target's
+    /// listener never completes a connection, never wakes its accept queue (HAProxy's
+    /// layer-4 check does the same). The default.
+    #[default]
+    HalfOpen,
+    /// SYN, SYN-ACK, ACK, then RST: for targets that must see a completed connection (e.g.
+    /// a service behind a proxy that only answers SYNs once its own backend is reachable).
+    Full,
 }
 
 /// Fields of an HTTP or HTTPS check.

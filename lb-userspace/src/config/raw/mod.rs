@@ -71,6 +71,7 @@ pub(in crate::config) struct RawHealthCheck {
     pub verify_tls: Option<Spanned<bool>>,
     pub query_name: Option<Spanned<String>>,
     pub query_type: Option<Spanned<toml::Value>>,
+    pub handshake: Option<Spanned<String>>,
 }
 
 /// `health_check.type`.

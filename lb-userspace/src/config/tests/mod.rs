@@ -128,7 +128,7 @@ fn full_config_round_trips_into_the_model() {
         health_checks: vec![
             HealthCheck {
                 name: "tcp".into(),
-                kind: HealthKind::Tcp,
+                kind: HealthKind::Tcp(Handshake::HalfOpen),
                 period: Duration::from_secs(1),
                 timeout: Duration::from_secs(1),
                 required_successes: 3,
@@ -317,7 +317,7 @@ fn example_config_parses() {
     assert!(kinds.iter().any(|k| k.2 == Forwarding::Dsr));
     let types: Vec<&HealthKind> = config.health_checks.iter().map(|h| &h.kind).collect();
     assert!(types.contains(&&HealthKind::Ping));
-    assert!(types.contains(&&HealthKind::Tcp));
+    assert!(types.contains(&&HealthKind::Tcp(Handshake::HalfOpen)));
     assert!(types.iter().any(|k| matches!(k, HealthKind::Http(_))));
     assert!(types.iter().any(|k| matches!(k, HealthKind::Https(_))));
     assert!(types.iter().any(|k| matches!(k, HealthKind::Dns(_))));
