@@ -23,7 +23,11 @@ impl Clock {
 
     /// The stamp of `at`.
     pub fn stamp(&self, at: Instant) -> Stamp {
-        let since_start = at.saturating_duration_since(self.origin);
+        self.at(at.saturating_duration_since(self.origin))
+    }
+
+    /// The stamp of the moment `since_start` after the engine started.
+    pub fn at(&self, since_start: Duration) -> Stamp {
         Stamp {
             at: self.origin_wall + since_start,
             since_start,

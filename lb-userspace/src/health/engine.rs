@@ -161,7 +161,7 @@ impl HealthEngine {
     /// The recent check results of `service`, oldest first, for plotting (S-OB3).
     pub fn checks(&self, service: &str) -> Vec<CheckRecord> {
         self.log_of(service)
-            .map(|log| lock(&log).checks())
+            .map(|log| lock(&log).checks(&self.shared.clock))
             .unwrap_or_default()
     }
 
