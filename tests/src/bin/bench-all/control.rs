@@ -1,5 +1,6 @@
 //! Control plane: building and swapping the Maglev tables of 1,000 VIPs x 100 backends in a
-//! private copy of the data path (`lb::network::apply`, as bench-xdp does).
+//! private copy of the data path (`lb::network::apply`, as bench-xdp does), the Maintenance
+//! avoidance time, and the configuration at 10,000+ Backend Services (`config_scale`).
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -74,6 +75,10 @@ pub fn run() -> Result<String> {
     match crate::maint::run() {
         Ok(row) => writeln!(out, "| what | time |\n|---|---|\n{row}")?,
         Err(e) => writeln!(out, "Maintenance-to-avoidance time could not run: {e:#}\n")?,
+    }
+    match crate::config_scale::run() {
+        Ok(rows) => out.push_str(&rows),
+        Err(e) => writeln!(out, "Configuration at scale could not run: {e:#}\n")?,
     }
     Ok(out)
 }

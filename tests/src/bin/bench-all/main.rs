@@ -3,6 +3,7 @@
 //! writes target/bench/report.md with PNG plots beside it, folding in the outputs of
 //! bench-xdp and bench-l7 that xtask saved to target/bench/.
 
+mod config_scale;
 mod control;
 mod l4;
 mod maint;
