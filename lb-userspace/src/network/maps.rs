@@ -1,5 +1,7 @@
 //! Typed handles on the data path's maps (the same types the eBPF side declares).
 
+use std::os::fd::{AsFd, OwnedFd};
+
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
@@ -16,6 +18,8 @@ pub(crate) struct Maps {
     pub ranges: LpmTrie<MapData, RangeData, VipMeta>,
     pub backends: Array<MapData, BackendSlot>,
     pub maglev: ArrayOfMaps<MapData, Array<MapData, u32>>,
+    /// MAGLEV's descriptor for batched swaps (aya's handle does not lend it out).
+    pub maglev_fd: OwnedFd,
     /// Kept open for status and adoption; flows are written by the program only.
     #[allow(dead_code)]
     pub conns: HashMap<MapData, FlowKey, FlowValue>,
@@ -34,12 +38,28 @@ impl Maps {
     pub fn new(maps: Vec<Map>) -> Result<Maps> {
         let mut it = maps.into_iter();
         let mut next = |name: &str| it.next().ok_or_else(|| anyhow!("map {name} missing"));
+        let (addrs, vips, ranges, backends) = (
+            next("ADDRS")?,
+            next("VIPS")?,
+            next("RANGES")?,
+            next("BACKENDS")?,
+        );
+        let maglev = next("MAGLEV")?;
+        let maglev_fd = match &maglev {
+            Map::ArrayOfMaps(data) => data
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("duplicating MAGLEV's descriptor")?,
+            _ => anyhow::bail!("MAGLEV is not an array of maps"),
+        };
         Ok(Maps {
-            addrs: next("ADDRS")?.try_into().context("ADDRS")?,
-            vips: next("VIPS")?.try_into().context("VIPS")?,
-            ranges: next("RANGES")?.try_into().context("RANGES")?,
-            backends: next("BACKENDS")?.try_into().context("BACKENDS")?,
-            maglev: next("MAGLEV")?.try_into().context("MAGLEV")?,
+            addrs: addrs.try_into().context("ADDRS")?,
+            vips: vips.try_into().context("VIPS")?,
+            ranges: ranges.try_into().context("RANGES")?,
+            backends: backends.try_into().context("BACKENDS")?,
+            maglev: maglev.try_into().context("MAGLEV")?,
+            maglev_fd,
             conns: next("CONNS")?.try_into().context("CONNS")?,
             nat_rev: next("NAT_REV")?.try_into().context("NAT_REV")?,
             nexthops: next("NEXTHOPS")?.try_into().context("NEXTHOPS")?,

@@ -8,6 +8,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 
 use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
@@ -76,6 +77,11 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             keep.insert((v.vip_id, b.address, b.port), b.slot);
         }
     }
+    // Slots that existing backends may keep: a new backend takes one of these only when
+    // nothing else is free. Built once, not per allocation.
+    let kept: HashSet<u32> = keep.values().copied().collect();
+    // New tables, filled but not yet in MAGLEV: swapped in together after the loop.
+    let mut tables = Vec::new();
     for (vip, &vip_id) in vips.iter().zip(&ids) {
         let fresh_vip = !old
             .vips
@@ -89,7 +95,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             let slot = match keep.get(&(vip_id, b.address, b.port)) {
                 Some(&s) if !used_slots.contains(&s) => s,
                 _ => {
-                    let s = allocate_slot(&mut new.next_slot, &used_slots, &keep)?;
+                    let s = allocate_slot(&mut new.next_slot, &used_slots, &kept)?;
                     Maps::reset_counters(&mut dp.maps.backend_stats, s)?;
                     s
                 }
@@ -117,7 +123,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             });
         }
         let previous = old.vips.iter().find(|o| o.vip_id == vip_id);
-        let (table_size, table_hash) = write_table(&mut dp.maps, vip, vip_id, &slots, previous)?;
+        let (table_size, table_hash, table) = write_table(vip, &slots, previous)?;
+        if let Some(table) = table {
+            tables.push((vip_id, table));
+        }
         new.vips.push(VipState {
             name: vip.name.clone(),
             vip_id,
@@ -130,6 +139,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             backends: slots,
         });
     }
+    let maps = &mut dp.maps;
+    batch::swap_tables(&mut maps.maglev, maps.maglev_fd.as_fd(), &tables)
+        .context("swapping in the new Maglev tables")?;
+    drop(tables);
     write_vip_entries(&mut dp.maps, &new)?;
     remove_stale(&mut dp.maps, &old, &new, &used_slots)?;
     write_addrs(&mut dp.maps, &old, &new)?;
@@ -172,12 +185,7 @@ fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
 }
 
 /// Round-robin over the slot space, so a freed slot is reused as late as possible.
-fn allocate_slot(
-    next: &mut u32,
-    used: &HashSet<u32>,
-    keep: &HashMap<(u32, IpAddr, u16), u32>,
-) -> Result<u32> {
-    let kept: HashSet<u32> = keep.values().copied().collect();
+fn allocate_slot(next: &mut u32, used: &HashSet<u32>, kept: &HashSet<u32>) -> Result<u32> {
     for pass in 0..2 {
         for _ in 0..MAX_BACKEND_SLOTS {
             let s = *next % MAX_BACKEND_SLOTS;
@@ -191,13 +199,13 @@ fn allocate_slot(
 }
 
 /// Builds and swaps in the VIP's Maglev table when its input changed.
+/// Builds the VIP's new Maglev table when its input changed: (table size, fingerprint of
+/// the input, the filled table to swap in, if any).
 fn write_table(
-    maps: &mut Maps,
     vip: &VipPlan,
-    vip_id: u32,
     slots: &[SlotState],
     previous: Option<&VipState>,
-) -> Result<(u32, u64)> {
+) -> Result<(u32, u64, Option<batch::Table>)> {
     let keys: Vec<String> = slots
         .iter()
         .map(|s| format!("{}:{}", s.address, s.port))
@@ -219,18 +227,15 @@ fn write_table(
     }
     let fingerprint = h.finish();
     if let Some(p) = previous.filter(|p| p.table_hash == fingerprint && p.name == vip.name) {
-        return Ok((p.table_size, fingerprint));
+        return Ok((p.table_size, fingerprint, None));
     }
     let Some(table) = maglev::build(&members, vip.table_size) else {
         // No backend may take new flows: the VIP drops packets that have no flow.
-        return Ok((0, fingerprint));
+        return Ok((0, fingerprint, None));
     };
     let inner = batch::maglev_table(&table)
         .with_context(|| format!("writing the Maglev table of {}", vip.name))?;
-    maps.maglev
-        .set(vip_id, &inner, 0)
-        .with_context(|| format!("swapping in the Maglev table of {}", vip.name))?;
-    Ok((vip.table_size, fingerprint))
+    Ok((vip.table_size, fingerprint, Some(inner)))
 }
 
 fn meta(v: &VipState) -> VipMeta {
