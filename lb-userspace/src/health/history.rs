@@ -75,10 +75,10 @@ impl Slot {
     }
 }
 
-/// The records of one Backend Service. The check ring is allocated whole when the service
-/// is added, so the engine's memory is at its steady state from the first check instead of
-/// growing for two minutes.
-#[derive(Debug)]
+/// The records of one Backend Service. The check ring is allocated whole at the first check,
+/// so the engine's memory is at its steady state from then on instead of growing for two
+/// minutes, and a service without a health check costs none of it.
+#[derive(Debug, Default)]
 pub(crate) struct ServiceLog {
     transitions: VecDeque<Transition>,
     checks: Box<[Slot]>,
@@ -87,18 +87,6 @@ pub(crate) struct ServiceLog {
     /// Checks stored (at most `MAX_CHECKS`).
     len: usize,
     last_reason: String,
-}
-
-impl Default for ServiceLog {
-    fn default() -> Self {
-        Self {
-            transitions: VecDeque::new(),
-            checks: vec![Slot::default(); MAX_CHECKS].into_boxed_slice(),
-            first: 0,
-            len: 0,
-            last_reason: String::new(),
-        }
-    }
 }
 
 impl ServiceLog {
@@ -113,6 +101,9 @@ impl ServiceLog {
     /// Appends a check result, dropping the oldest beyond the bound, and remembers its
     /// reason.
     pub(crate) fn push_check(&mut self, record: CheckRecord, reason: &str) {
+        if self.checks.is_empty() {
+            self.checks = vec![Slot::default(); MAX_CHECKS].into_boxed_slice();
+        }
         let slots = self.checks.len();
         if self.len < slots {
             self.checks[(self.first + self.len) % slots] = Slot::pack(&record);
@@ -131,7 +122,7 @@ impl ServiceLog {
 
     /// Check results, oldest first, with wall times from `clock`.
     pub(crate) fn checks(&self, clock: &Clock) -> Vec<CheckRecord> {
-        let slots = self.checks.len();
+        let slots = self.checks.len().max(1);
         (0..self.len)
             .map(|i| self.checks[(self.first + i) % slots].unpack(clock))
             .collect()
