@@ -13,9 +13,9 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use anyhow::{Context, Result, bail};
-use aya::maps::{Array, ArrayOfMaps, Map, MapData};
+use aya::maps::{Array, ArrayOfMaps, Map, MapData, PerCpuArray};
 use aya_obj::generated::{bpf_cmd, bpf_map_type};
-use lb_common::BPF_F_INNER_MAP;
+use lb_common::{BPF_F_INNER_MAP, BackendSlot, Counters};
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]
@@ -123,7 +123,7 @@ pub(crate) fn maglev_table(table: &[u32]) -> Result<Table> {
     let data = MapData::create(obj, "maglev_table", None).context("creating the table")?;
     let keys: Vec<u32> = (0..size).collect();
     let fd = data.fd().as_fd().as_raw_fd();
-    let written = update_batch(fd as u32, keys.as_ptr(), table.as_ptr(), size);
+    let written = update_batch(fd as u32, keys.as_ptr(), table.as_ptr().cast(), size);
     let mut array: Array<MapData, u32> =
         Array::try_from(Map::Array(data)).context("the new table as an array")?;
     match written {
@@ -138,4 +138,66 @@ pub(crate) fn maglev_table(table: &[u32]) -> Result<Table> {
         Err(e) => bail!("BPF_MAP_UPDATE_BATCH on a new Maglev table: {e}"),
     }
     Ok(Table { array, fd })
+}
+
+/// Writes backend slots into BACKENDS (`fd`) in one batch, falling back to one update each.
+pub(crate) fn write_slots(
+    backends: &mut Array<MapData, BackendSlot>,
+    fd: BorrowedFd<'_>,
+    slots: &[(u32, BackendSlot)],
+) -> Result<()> {
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<u32> = slots.iter().map(|(k, _)| *k).collect();
+    let values: Vec<BackendSlot> = slots.iter().map(|(_, v)| *v).collect();
+    let count = u32::try_from(keys.len()).context("number of backend slots")?;
+    match update_batch(
+        fd.as_raw_fd() as u32,
+        keys.as_ptr(),
+        values.as_ptr().cast(),
+        count,
+    ) {
+        Ok(n) if n == count => Ok(()),
+        Ok(n) => bail!("BPF_MAP_UPDATE_BATCH wrote {n} of {count} backend slots"),
+        Err(e) if unsupported(&e) => {
+            for (slot, entry) in slots {
+                backends.set(*slot, *entry, 0).context("writing BACKENDS")?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).context("BPF_MAP_UPDATE_BATCH on BACKENDS"),
+    }
+}
+
+/// Zeroes the per-CPU counters of `slots` in BACKEND_STATS (`fd`) in one batch (a per-CPU
+/// value is one counter block per possible CPU), falling back to one update each.
+pub(crate) fn reset_counters(
+    stats: &mut PerCpuArray<MapData, Counters>,
+    fd: BorrowedFd<'_>,
+    slots: &[u32],
+) -> Result<()> {
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+    // Counters holds only u64s, so each CPU's block is already 8-byte aligned in size.
+    let zeros = vec![Counters::default(); slots.len() * cpus];
+    let count = u32::try_from(slots.len()).context("number of counter blocks")?;
+    match update_batch(
+        fd.as_raw_fd() as u32,
+        slots.as_ptr(),
+        zeros.as_ptr().cast(),
+        count,
+    ) {
+        Ok(n) if n == count => Ok(()),
+        Ok(n) => bail!("BPF_MAP_UPDATE_BATCH reset {n} of {count} counter blocks"),
+        Err(e) if unsupported(&e) => {
+            for slot in slots {
+                super::maps::Maps::reset_counters(stats, *slot)?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).context("BPF_MAP_UPDATE_BATCH on BACKEND_STATS"),
+    }
 }

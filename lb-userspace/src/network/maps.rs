@@ -18,8 +18,11 @@ pub(crate) struct Maps {
     pub ranges: LpmTrie<MapData, RangeData, VipMeta>,
     pub backends: Array<MapData, BackendSlot>,
     pub maglev: ArrayOfMaps<MapData, Array<MapData, u32>>,
-    /// MAGLEV's descriptor for batched swaps (aya's handle does not lend it out).
+    /// Descriptors of MAGLEV, BACKENDS and BACKEND_STATS for batched writes (aya's
+    /// handles do not lend theirs out).
     pub maglev_fd: OwnedFd,
+    pub backends_fd: OwnedFd,
+    pub backend_stats_fd: OwnedFd,
     /// Kept open for status and adoption; flows are written by the program only.
     #[allow(dead_code)]
     pub conns: HashMap<MapData, FlowKey, FlowValue>,
@@ -31,6 +34,18 @@ pub(crate) struct Maps {
     pub global_stats: PerCpuArray<MapData, u64>,
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
+}
+
+/// A second descriptor of an array-type map, for the batched writes.
+fn dup_fd(map: &Map, name: &str) -> Result<OwnedFd> {
+    let data = match map {
+        Map::Array(d) | Map::PerCpuArray(d) | Map::ArrayOfMaps(d) => d,
+        _ => anyhow::bail!("{name} is not an array"),
+    };
+    data.fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .with_context(|| format!("duplicating {name}'s descriptor"))
 }
 
 impl Maps {
@@ -45,26 +60,27 @@ impl Maps {
             next("BACKENDS")?,
         );
         let maglev = next("MAGLEV")?;
-        let maglev_fd = match &maglev {
-            Map::ArrayOfMaps(data) => data
-                .fd()
-                .as_fd()
-                .try_clone_to_owned()
-                .context("duplicating MAGLEV's descriptor")?,
-            _ => anyhow::bail!("MAGLEV is not an array of maps"),
-        };
+        let (conns, nat_rev, nexthops, vip_stats, backend_stats) = (
+            next("CONNS")?,
+            next("NAT_REV")?,
+            next("NEXTHOPS")?,
+            next("VIP_STATS")?,
+            next("BACKEND_STATS")?,
+        );
         Ok(Maps {
+            maglev_fd: dup_fd(&maglev, "MAGLEV")?,
+            backends_fd: dup_fd(&backends, "BACKENDS")?,
+            backend_stats_fd: dup_fd(&backend_stats, "BACKEND_STATS")?,
             addrs: addrs.try_into().context("ADDRS")?,
             vips: vips.try_into().context("VIPS")?,
             ranges: ranges.try_into().context("RANGES")?,
             backends: backends.try_into().context("BACKENDS")?,
             maglev: maglev.try_into().context("MAGLEV")?,
-            maglev_fd,
-            conns: next("CONNS")?.try_into().context("CONNS")?,
-            nat_rev: next("NAT_REV")?.try_into().context("NAT_REV")?,
-            nexthops: next("NEXTHOPS")?.try_into().context("NEXTHOPS")?,
-            vip_stats: next("VIP_STATS")?.try_into().context("VIP_STATS")?,
-            backend_stats: next("BACKEND_STATS")?.try_into().context("BACKEND_STATS")?,
+            conns: conns.try_into().context("CONNS")?,
+            nat_rev: nat_rev.try_into().context("NAT_REV")?,
+            nexthops: nexthops.try_into().context("NEXTHOPS")?,
+            vip_stats: vip_stats.try_into().context("VIP_STATS")?,
+            backend_stats: backend_stats.try_into().context("BACKEND_STATS")?,
             global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
             progs: next("PROGS")?.try_into().context("PROGS")?,
         })

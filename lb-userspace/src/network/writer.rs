@@ -80,8 +80,11 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     // Slots that existing backends may keep: a new backend takes one of these only when
     // nothing else is free. Built once, not per allocation.
     let kept: HashSet<u32> = keep.values().copied().collect();
-    // New tables, filled but not yet in MAGLEV: swapped in together after the loop.
+    // New tables, filled but not yet in MAGLEV: swapped in together after the loop, once
+    // the slots they name are written (also in one batch each).
     let mut tables = Vec::new();
+    let mut slot_writes = Vec::new();
+    let mut resets = Vec::new();
     for (vip, &vip_id) in vips.iter().zip(&ids) {
         let fresh_vip = !old
             .vips
@@ -96,7 +99,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 Some(&s) if !used_slots.contains(&s) => s,
                 _ => {
                     let s = allocate_slot(&mut new.next_slot, &used_slots, &kept)?;
-                    Maps::reset_counters(&mut dp.maps.backend_stats, s)?;
+                    resets.push(s);
                     s
                 }
             };
@@ -109,10 +112,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 family,
                 vip_id,
             };
-            dp.maps
-                .backends
-                .set(slot, entry, 0)
-                .context("writing BACKENDS")?;
+            slot_writes.push((slot, entry));
             slots.push(SlotState {
                 name: b.name.clone(),
                 slot,
@@ -140,6 +140,12 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         });
     }
     let maps = &mut dp.maps;
+    batch::reset_counters(
+        &mut maps.backend_stats,
+        maps.backend_stats_fd.as_fd(),
+        &resets,
+    )?;
+    batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
     batch::swap_tables(&mut maps.maglev, maps.maglev_fd.as_fd(), &tables)
         .context("swapping in the new Maglev tables")?;
     drop(tables);
