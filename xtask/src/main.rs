@@ -69,7 +69,8 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time;
-    /// `health`: CPU and memory of the health engine checking 10,000 services over TCP;
+    /// `health`: CPU and memory of `lb run` checking 10,000 services over TCP beside HAProxy
+    /// (and 50,000 at P = 5 s);
     /// `l7`: the HTTP proxy against HAProxy and nginx (wrk), and failed requests while
     /// Maintenance is toggled every second; `l4`: XDP (nat, dsr) vs nftables DNAT vs kernel
     /// routing vs a minimal XDP forwarder in namespaces; `control`: Maglev rebuild for 1,000

@@ -1,0 +1,295 @@
+//! The processes the bench starts and what /proc says about them. Everything started here is
+//! stopped by its own pid when its guard drops (and gets SIGKILL if this bench dies first), so
+//! an early `?` return leaves nothing running.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+
+/// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Largest HTTP answer read from the API.
+const MAX_ANSWER: u64 = 64 << 20;
+
+/// A scratch directory under /tmp, removed with everything in it on drop.
+pub struct Scratch {
+    /// Its path.
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    /// Creates a fresh, uniquely named directory.
+    pub fn new() -> Result<Self> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let path =
+            std::env::temp_dir().join(format!("lb-bench-health-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Makes the child get SIGKILL when this process dies, so that nothing outlives a bench that
+/// was itself killed.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
+
+/// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Guard {
+    /// A short name for messages.
+    pub name: String,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+    /// When it was started.
+    pub started: Instant,
+    child: Child,
+}
+
+impl Guard {
+    /// Starts `cmd` with stdout and stderr written to `log`.
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Self> {
+        let out =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let child = die_with_parent(cmd)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        Ok(Self {
+            name: name.to_string(),
+            log: log.to_path_buf(),
+            started: Instant::now(),
+            child,
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails with the end of its log if it has already exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}); end of its log:\n{}",
+                self.name,
+                log_tail(&self.log, 15)
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops it now (what dropping it does).
+    pub fn stop(self) {}
+
+    fn wait_for(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        if !self.wait_for(STOP_GRACE) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// utime + stime of one process (all its threads), in seconds: fields 14 and 15 of
+/// /proc/PID/stat, counted after the parenthesised command name (which may hold spaces), in
+/// clock ticks of sysconf(_SC_CLK_TCK).
+#[derive(Clone, Copy, Default)]
+pub struct CpuTime {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuTime {
+    pub fn of(pid: u32) -> Result<Self> {
+        let path = format!("/proc/{pid}/stat");
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let rest = stat
+            .rfind(')')
+            .map(|i| &stat[i + 1..])
+            .with_context(|| format!("{path}: no command name"))?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| -> Result<u64> {
+            fields
+                .get(i)
+                .and_then(|f| f.parse().ok())
+                .with_context(|| format!("{path}: field {}", i + 3))
+        };
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = u64::try_from(hz)
+            .ok()
+            .filter(|&h| h > 0)
+            .context("sysconf(_SC_CLK_TCK)")? as f64;
+        Ok(Self {
+            user: field(11)? as f64 / hz,
+            system: field(12)? as f64 / hz,
+        })
+    }
+
+    /// The time spent between `self` (earlier) and `later`.
+    pub fn until(self, later: CpuTime) -> CpuTime {
+        CpuTime {
+            user: (later.user - self.user).max(0.0),
+            system: (later.system - self.system).max(0.0),
+        }
+    }
+
+    pub fn total(self) -> f64 {
+        self.user + self.system
+    }
+}
+
+/// VmRSS, its anonymous part (RssAnon: heap and stacks, not the binary's mapped pages) and
+/// VmHWM of a process, in bytes.
+#[derive(Clone, Copy, Default)]
+pub struct Memory {
+    pub rss: u64,
+    pub anon: u64,
+    pub peak: u64,
+}
+
+impl Memory {
+    pub fn of(pid: u32) -> Result<Self> {
+        let path = format!("/proc/{pid}/status");
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let field = |name: &str| -> Result<u64> {
+            let line = status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .with_context(|| format!("{name} missing in {path}"))?;
+            let kib: u64 = line
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .with_context(|| format!("{name} {line:?}"))?;
+            Ok(kib * 1024)
+        };
+        Ok(Self {
+            rss: field("VmRSS:")?,
+            anon: field("RssAnon:")?,
+            peak: field("VmHWM:")?,
+        })
+    }
+}
+
+/// One counter of /proc/net/snmp or /proc/net/netstat (`Tcp`, `ActiveOpens`), which hold
+/// pairs of lines: names, then values, each line starting with the group.
+pub fn net_counter(file: &str, group: &str, name: &str) -> Result<u64> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let value = names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok());
+        if let Some(v) = value {
+            return Ok(v);
+        }
+    }
+    bail!("{group}:{name} not found in {file}")
+}
+
+/// The last `lines` lines of a log file (for error messages).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A loopback TCP port nobody listens on right now.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// `GET path` with `Connection: close`; the body of a 200 answer.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<String> {
+    let timeout = Duration::from_secs(5);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.take(MAX_ANSWER).read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET {path}: no end of headers"))?;
+    let status = head.get(9..12).unwrap_or_default();
+    if status != "200" {
+        bail!("GET {path} answered {status}: {}", body.trim());
+    }
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if chunked {
+        return dechunk(body).with_context(|| format!("GET {path}: bad chunked body"));
+    }
+    Ok(body.to_string())
+}
+
+fn dechunk(mut body: &str) -> Result<String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").context("chunk size")?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)?;
+        if size == 0 {
+            return Ok(out);
+        }
+        out.push_str(rest.get(..size).context("short chunk")?);
+        body = rest.get(size + 2..).context("chunk end")?;
+    }
+}
