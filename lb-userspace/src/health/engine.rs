@@ -105,7 +105,9 @@ struct Entry {
 struct Spec {
     address: IpAddr,
     port: u16,
-    check: Option<HealthCheck>,
+    /// Shared by every service of the profile (and its check task): one copy per profile,
+    /// not per service.
+    check: Option<Arc<HealthCheck>>,
 }
 
 impl HealthEngine {
@@ -180,9 +182,13 @@ impl HealthEngine {
         let shared = &self.shared;
         let mut registry = lock(&shared.registry);
         let mut changed = false;
+        let profiles: HashMap<&str, Arc<HealthCheck>> = checks
+            .iter()
+            .map(|c| (c.name.as_str(), Arc::new(c.clone())))
+            .collect();
         let wanted: HashMap<&str, Spec> = services
             .iter()
-            .map(|s| (s.name.as_str(), spec_of(s, checks)))
+            .map(|s| (s.name.as_str(), spec_of(s, &profiles)))
             .collect();
         registry.entries.retain(|name, entry| {
             let keep = wanted.contains_key(name.as_str());
@@ -329,9 +335,9 @@ impl Shared {
     }
 }
 
-fn spec_of(service: &BackendService, checks: &[HealthCheck]) -> Spec {
+fn spec_of(service: &BackendService, profiles: &HashMap<&str, Arc<HealthCheck>>) -> Spec {
     let check = service.health_check.as_ref().and_then(|wanted| {
-        let found = checks.iter().find(|c| &c.name == wanted).cloned();
+        let found = profiles.get(wanted.as_str()).cloned();
         if found.is_none() {
             tracing::warn!(service = %service.name, profile = %wanted, "unknown health check profile; treating the service as unchecked");
         }
@@ -347,7 +353,7 @@ fn spec_of(service: &BackendService, checks: &[HealthCheck]) -> Spec {
 fn spawn_check(
     shared: &Arc<Shared>,
     service: &BackendService,
-    profile: &HealthCheck,
+    profile: &Arc<HealthCheck>,
     task_id: u64,
     log: Arc<Mutex<ServiceLog>>,
 ) -> JoinHandle<()> {
@@ -359,7 +365,7 @@ fn spawn_check(
     let task = CheckTask {
         name: service.name.clone(),
         probe: shared.options.probes.build(service, profile),
-        profile: profile.clone(),
+        profile: Arc::clone(profile),
         first_delay,
         log,
         clock: shared.clock,

@@ -22,8 +22,8 @@ pub(crate) struct CheckTask {
     pub name: String,
     /// The target.
     pub probe: Arc<dyn Probe>,
-    /// Period, Timeout, RS and RF come from here.
-    pub profile: HealthCheck,
+    /// Period, Timeout, RS and RF come from here (shared by the profile's services).
+    pub profile: Arc<HealthCheck>,
     /// Delay before the first check, spreading many services over one period.
     pub first_delay: Duration,
     /// Where check results go.
