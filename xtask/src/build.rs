@@ -115,11 +115,8 @@ pub fn bench_xdp() -> Result<()> {
     run_release_bin("bench-xdp")
 }
 
-/// CPU and memory of health checking, `lb run` beside HAProxy, with 10,000 TCP-checked
-/// services at P = 1 s (3 interleaved rounds each), then 50,000 at P = 5 s, in release mode.
-/// Loopback only and no XDP (the bench's configuration has no Network vService), so neither
-/// setup nor the XDP object is needed; the bench installs haproxy itself when it is missing.
-pub fn bench_health() -> Result<()> {
+/// The release `lb` binary, which the benches that run the daemon start.
+fn build_release_lb() -> Result<()> {
     run(cargo().args([
         "build",
         "--release",
@@ -129,7 +126,15 @@ pub fn bench_health() -> Result<()> {
         "lb-userspace",
         "--bin",
         "lb",
-    ]))?;
+    ]))
+}
+
+/// CPU and memory of health checking, `lb run` beside HAProxy, with 10,000 TCP-checked
+/// services at P = 1 s (3 interleaved rounds each), then 50,000 at P = 5 s, in release mode.
+/// Loopback only and no XDP (the bench's configuration has no Network vService), so neither
+/// setup nor the XDP object is needed; the bench installs haproxy itself when it is missing.
+pub fn bench_health() -> Result<()> {
+    build_release_lb()?;
     run_release_bin("bench-health")
 }
 
@@ -137,16 +142,7 @@ pub fn bench_health() -> Result<()> {
 /// (the bench's configuration has no Network vService); the bench installs wrk, haproxy
 /// and nginx itself when they are missing.
 pub fn bench_l7() -> Result<()> {
-    run(cargo().args([
-        "build",
-        "--release",
-        "--locked",
-        "--quiet",
-        "-p",
-        "lb-userspace",
-        "--bin",
-        "lb",
-    ]))?;
+    build_release_lb()?;
     run_release_bin("bench-l7")
 }
 

@@ -40,7 +40,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::listener::ListenerChild;
 use crate::peers::{Configs, MAX_SERVICES, Peer, Plan, THREADS};
-use crate::procs::{CpuTime, Memory, Scratch, log_tail, net_counter};
+use lb_tests::bench::{Scratch, log_tail, version, workspace};
+
+use crate::procs::{CpuTime, Memory, net_counter};
 
 /// The measurement window.
 const WINDOW: Duration = Duration::from_secs(25);
@@ -95,7 +97,7 @@ fn main() -> Result<()> {
     // After the install (which needs the network) and before any process starts.
     let isolation = own_network_namespace();
     let nofile = raise_nofile()?;
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::new("lb-bench-health")?;
     let mut listener = ListenerChild::spawn()?;
     println!(
         "bench health: TCP checks, T = 1 s, Rise 3, Fall 2, against 127.1.0.1 .. 127.1.x.y \
@@ -518,26 +520,6 @@ fn fmt_int(x: f64) -> String {
         out.push(c);
     }
     out
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// First line a tool prints about its version (stdout or stderr).
-fn version(bin: &str, arg: &str) -> String {
-    Command::new(bin)
-        .arg(arg)
-        .output()
-        .map(|o| {
-            let mut all = String::from_utf8_lossy(&o.stdout).into_owned();
-            all.push_str(&String::from_utf8_lossy(&o.stderr));
-            all.lines().next().unwrap_or_default().trim().to_string()
-        })
-        .unwrap_or_else(|e| format!("{bin}: {e}"))
 }
 
 /// Moves this process (single-threaded here, so all of it) into a new network namespace with

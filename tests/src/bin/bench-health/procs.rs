@@ -3,44 +3,19 @@
 //! an early `?` return leaves nothing running.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lb_tests::bench::log_tail;
 
 /// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Largest HTTP answer read from the API.
 const MAX_ANSWER: u64 = 64 << 20;
-
-/// A scratch directory under /tmp, removed with everything in it on drop.
-pub struct Scratch {
-    /// Its path.
-    pub path: PathBuf,
-}
-
-impl Scratch {
-    /// Creates a fresh, uniquely named directory.
-    pub fn new() -> Result<Self> {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let path =
-            std::env::temp_dir().join(format!("lb-bench-health-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Self { path })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 /// Makes the child get SIGKILL when this process dies, so that nothing outlives a bench that
 /// was itself killed.
@@ -236,19 +211,6 @@ pub fn net_counter(file: &str, group: &str, name: &str) -> Result<u64> {
         }
     }
     bail!("{group}:{name} not found in {file}")
-}
-
-/// The last `lines` lines of a log file (for error messages).
-pub fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A loopback TCP port nobody listens on right now.
-pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// `GET path` with `Connection: close`; the body of a 200 answer.

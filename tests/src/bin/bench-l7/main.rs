@@ -37,13 +37,14 @@ mod setup;
 mod wrk;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use crate::peers::{Ports, local};
-use crate::procs::{Guard, Scratch};
+use lb_tests::bench::{Scratch, version, workspace};
+
+use crate::procs::Guard;
 use crate::report::{Report, SystemFigures};
 use crate::wrk::{Load, WrkResult};
 
@@ -137,26 +138,6 @@ fn env_num_or_off(name: &str, default: u64) -> Result<Option<u64>> {
     }
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// First line a tool prints about its version (stdout or stderr), for the report header.
-fn version(bin: &str, arg: &str) -> String {
-    Command::new(bin)
-        .arg(arg)
-        .output()
-        .map(|o| {
-            let mut all = String::from_utf8_lossy(&o.stdout).into_owned();
-            all.push_str(&String::from_utf8_lossy(&o.stderr));
-            all.lines().next().unwrap_or_default().trim().to_string()
-        })
-        .unwrap_or_else(|e| format!("{bin}: {e}"))
-}
-
 fn main() -> Result<()> {
     let rounds = env_num("LB_BENCH_ROUNDS", 9)?;
     let load = Load {
@@ -191,7 +172,7 @@ fn main() -> Result<()> {
         version(&lb_bin.display().to_string(), "--version"),
         lb_bin.display(),
     ));
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::new("lb-bench-l7")?;
     let ports = Ports::pick()?;
     let pacing = think_ms
         .map(|ms| wrk::Pacing::write(&scratch.path, ms))

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 
 use crate::peers::{MAINT_BACKENDS, maint_log};
-use crate::procs::Scratch;
 use crate::wrk::{self, Load, WrkResult};
+use lb_tests::bench::Scratch;
 
 /// Time a Maintenance call may take to reach every new request.
 const GRACE: f64 = 0.1;

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::procs::{Guard, Scratch, free_port, wait_http_ok};
+use lb_tests::bench::{Scratch, free_port};
+
+use crate::procs::{Guard, wait_http_ok};
 
 /// Workers / threads of every proxy (`[proxy] workers` for ours, `nbthread` for HAProxy,
 /// `worker_processes` for nginx).

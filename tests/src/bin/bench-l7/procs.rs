@@ -3,49 +3,18 @@
 //! guard drops, so an early `?` return leaves nothing running.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lb_tests::bench::log_tail;
 
 /// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Pause between two readiness probes.
 const PROBE_PAUSE: Duration = Duration::from_millis(100);
-
-/// A scratch directory under /tmp, removed with everything in it on drop.
-pub struct Scratch {
-    /// Its path.
-    pub path: PathBuf,
-}
-
-impl Scratch {
-    /// Creates a fresh, uniquely named directory (0755: nginx workers must reach it).
-    pub fn new() -> Result<Self> {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let path = std::env::temp_dir().join(format!("lb-bench-l7-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Self { path })
-    }
-
-    /// Creates a subdirectory and returns its path.
-    pub fn dir(&self, name: &str) -> Result<PathBuf> {
-        let p = self.path.join(name);
-        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 /// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Guard {
@@ -149,19 +118,6 @@ fn proc_ticks(pid: u32) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
-}
-
-/// The last `lines` lines of a log file (for error messages).
-pub fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A loopback TCP port nobody listens on right now.
-pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// One `GET /` with `Connection: close`; the status code of the answer.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::procs::{Guard, log_tail};
+use lb_tests::bench::log_tail;
+
+use crate::procs::Guard;
 
 /// The load shape, the same for every system.
 #[derive(Clone, Copy, Debug)]
