@@ -19,7 +19,7 @@ pub use report::{HealthReport, ReportService, ReportTransition, read_report, rep
 
 use crate::config::{self, Config};
 use crate::gslb::Gslb;
-use crate::health::{Cadence, HealthEngine, View, reflect};
+use crate::health::{Cadence, EngineOptions, EngineThread, HealthEngine, View, reflect};
 use crate::network::{self, DataPath, LoadOptions, NetworkReflector, NetworkStatus};
 use crate::proxy::Proxy;
 use crate::selection::{Published, Selections};
@@ -43,6 +43,8 @@ pub struct Daemon {
     proxy: Proxy,
     /// DNS vServices (S-GS), started with the first one configured.
     gslb: tokio::sync::Mutex<Option<Gslb>>,
+    /// Runs the engine's check tasks; lives as long as the daemon.
+    _engine_thread: EngineThread,
 }
 
 impl Daemon {
@@ -227,9 +229,14 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         true => None,
         false => Some(Gslb::start(cfg.clone()).await?),
     };
-    let engine = Arc::new(HealthEngine::start(
+    let engine_thread = EngineThread::start().context("starting the health checks' thread")?;
+    let engine = Arc::new(HealthEngine::start_with(
         &cfg.backend_services,
         &cfg.health_checks,
+        EngineOptions {
+            runtime: Some(engine_thread.handle()),
+            ..EngineOptions::default()
+        },
     ));
     let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
     let (reload, reload_rx) = watch::channel(0u64);
@@ -247,6 +254,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         applying: tokio::sync::Mutex::new(()),
         proxy,
         gslb: tokio::sync::Mutex::new(gslb),
+        _engine_thread: engine_thread,
     });
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();

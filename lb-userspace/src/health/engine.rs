@@ -52,6 +52,9 @@ pub struct EngineOptions {
     /// Start each service's first check after a random delay in [0, P) so that thousands of
     /// checks do not fire in the same millisecond. On by default.
     pub spread_first_checks: bool,
+    /// The runtime the check tasks run on (e.g. an [`super::EngineThread`]'s); None: the
+    /// runtime the engine is started from.
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Default for EngineOptions {
@@ -59,6 +62,7 @@ impl Default for EngineOptions {
         Self {
             probes: Arc::new(NetworkProbes),
             spread_first_checks: true,
+            runtime: None,
         }
     }
 }
@@ -74,6 +78,7 @@ struct Shared {
     registry: Mutex<Registry>,
     clock: Clock,
     options: EngineOptions,
+    runtime: tokio::runtime::Handle,
 }
 
 #[derive(Default)]
@@ -130,6 +135,10 @@ impl HealthEngine {
         options: EngineOptions,
     ) -> HealthEngine {
         let (generation, _) = watch::channel(0);
+        let runtime = options
+            .runtime
+            .clone()
+            .unwrap_or_else(tokio::runtime::Handle::current);
         let engine = HealthEngine {
             shared: Arc::new(Shared {
                 snapshot: ArcSwap::from_pointee(HealthSnapshot::default()),
@@ -137,6 +146,7 @@ impl HealthEngine {
                 registry: Mutex::new(Registry::default()),
                 clock: Clock::start(),
                 options,
+                runtime,
             }),
         };
         engine.update(services, checks);
@@ -300,7 +310,7 @@ impl Shared {
             Some(due) => {
                 registry.publish_pending = true;
                 let weak = Arc::downgrade(self);
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     tokio::time::sleep_until(due).await;
                     if let Some(shared) = weak.upgrade() {
                         let mut registry = lock(&shared.registry);
@@ -373,11 +383,13 @@ fn spawn_check(
     // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
     let weak = Arc::downgrade(shared);
     let name = service.name.clone();
-    tokio::spawn(scheduler::run(task, move |transition| {
-        if let Some(shared) = weak.upgrade() {
-            shared.apply(&name, task_id, transition);
-        }
-    }))
+    shared
+        .runtime
+        .spawn(scheduler::run(task, move |transition| {
+            if let Some(shared) = weak.upgrade() {
+                shared.apply(&name, task_id, transition);
+            }
+        }))
 }
 
 fn abort(entry: &mut Entry) {

@@ -18,6 +18,7 @@ mod reflect;
 mod scheduler;
 mod state;
 mod tcp;
+mod thread;
 mod tls;
 
 pub use clock::{Clock, Stamp};
@@ -30,3 +31,4 @@ pub use probe::{BoxFuture, NetworkProbes, Probe, ProbeFactory, ProbeResult};
 pub use reflect::{Cadence, View, reflect};
 pub use state::{HealthState, StateMachine};
 pub use tcp::TcpProbe;
+pub use thread::EngineThread;
