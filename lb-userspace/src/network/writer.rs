@@ -85,11 +85,11 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let mut tables = Vec::new();
     let mut slot_writes = Vec::new();
     let mut resets = Vec::new();
+    // The previous state of each VIP id, so 1,000 VIPs are not 1,000 x 1,000 scans.
+    let old_by_id: HashMap<u32, &VipState> = old.vips.iter().map(|o| (o.vip_id, o)).collect();
     for (vip, &vip_id) in vips.iter().zip(&ids) {
-        let fresh_vip = !old
-            .vips
-            .iter()
-            .any(|o| o.vip_id == vip_id && o.name == vip.name);
+        let previous = old_by_id.get(&vip_id).copied();
+        let fresh_vip = previous.is_none_or(|o| o.name != vip.name);
         if fresh_vip {
             Maps::reset_counters(&mut dp.maps.vip_stats, vip_id)?;
         }
@@ -122,7 +122,6 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 active: b.active,
             });
         }
-        let previous = old.vips.iter().find(|o| o.vip_id == vip_id);
         let (table_size, table_hash, table) = write_table(vip, &slots, previous)?;
         if let Some(table) = table {
             tables.push((vip_id, table));
@@ -160,14 +159,20 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     Ok(())
 }
 
+/// What keeps a VIP's id across applies: name, address, protocol and ports.
+type IdKey<'a> = (&'a str, IpAddr, u8, (u16, u16));
+
 /// Same name and same (address, protocol, ports) keep their id; others get the lowest free.
 fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
     let mut taken = HashSet::new();
     let mut ids = vec![None; vips.len()];
+    let old_ids: HashMap<IdKey<'_>, &VipState> = old
+        .vips
+        .iter()
+        .map(|o| ((o.name.as_str(), o.address, o.proto, o.ports), o))
+        .collect();
     for (i, v) in vips.iter().enumerate() {
-        if let Some(o) = old.vips.iter().find(|o| {
-            o.name == v.name && o.address == v.address && o.proto == v.proto && o.ports == v.ports
-        }) {
+        if let Some(o) = old_ids.get(&(v.name.as_str(), v.address, v.proto, v.ports)) {
             taken.insert(o.vip_id);
             ids[i] = Some(o.vip_id);
         }
