@@ -1,12 +1,16 @@
-//! What the benchmark binaries share: a scratch directory, free loopback ports, log tails,
-//! the workspace root and peers' version lines.
+//! What the benchmark binaries share: a scratch directory, guards that stop the processes a
+//! bench starts, free loopback ports, log tails, the workspace root and peers' version lines.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+
+/// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A scratch directory under /tmp, removed with everything in it on drop.
 pub struct Scratch {
@@ -73,4 +77,102 @@ pub fn version(bin: &str, arg: &str) -> String {
             all.lines().next().unwrap_or_default().trim().to_string()
         })
         .unwrap_or_else(|e| format!("{bin}: {e}"))
+}
+
+/// Makes the child get SIGKILL when this process dies, so that nothing outlives a bench that
+/// was itself killed.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
+
+/// A child process that is stopped (SIGTERM, then SIGKILL) when dropped, so an early `?`
+/// return leaves nothing running; it also dies with the bench.
+pub struct Guard {
+    /// A short name for messages.
+    pub name: String,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+    /// When it was started.
+    pub started: Instant,
+    child: Child,
+}
+
+impl Guard {
+    /// Starts `cmd` with stdout and stderr written to `log`.
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Self> {
+        let out =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let child = die_with_parent(cmd)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        Ok(Self {
+            name: name.to_string(),
+            log: log.to_path_buf(),
+            started: Instant::now(),
+            child,
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails with the end of its log if it has already exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}); end of its log:\n{}",
+                self.name,
+                log_tail(&self.log, 15)
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits at most `limit` for the process to exit by itself; `None` if it still runs.
+    pub fn wait_for(&mut self, limit: Duration) -> Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait()? {
+                return Ok(Some(s));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops it now (what dropping it does).
+    pub fn stop(self) {}
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        if !matches!(self.wait_for(STOP_GRACE), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

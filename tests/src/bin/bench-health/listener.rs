@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::procs::die_with_parent;
+use lb_tests::bench::die_with_parent;
 
 /// The child exits on its own after this, even if nobody kills it (the whole bench, 50,000
 /// services included, takes well under this).

@@ -19,9 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use lb_tests::bench::{Scratch, free_port};
+use lb_tests::bench::{Guard, Scratch, free_port};
 
-use crate::procs::{Guard, http_get};
+use crate::procs::http_get;
 use crate::setup::HAPROXY;
 
 /// Threads of both checkers: `lb run` drives its daemon (the health engine with it) on a

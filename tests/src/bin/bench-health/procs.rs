@@ -1,115 +1,14 @@
-//! The processes the bench starts and what /proc says about them. Everything started here is
-//! stopped by its own pid when its guard drops (and gets SIGKILL if this bench dies first), so
-//! an early `?` return leaves nothing running.
+//! What /proc says about the processes the bench starts (which `lb_tests::bench::Guard`
+//! stops), and the API's HTTP answers.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use lb_tests::bench::log_tail;
 
-/// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Largest HTTP answer read from the API.
 const MAX_ANSWER: u64 = 64 << 20;
-
-/// Makes the child get SIGKILL when this process dies, so that nothing outlives a bench that
-/// was itself killed.
-pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
-    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
-    // async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        })
-    }
-}
-
-/// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
-pub struct Guard {
-    /// A short name for messages.
-    pub name: String,
-    /// Where its stdout and stderr go.
-    pub log: PathBuf,
-    /// When it was started.
-    pub started: Instant,
-    child: Child,
-}
-
-impl Guard {
-    /// Starts `cmd` with stdout and stderr written to `log`.
-    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Self> {
-        let out =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone()?;
-        let child = die_with_parent(cmd)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("starting {name}: {cmd:?}"))?;
-        Ok(Self {
-            name: name.to_string(),
-            log: log.to_path_buf(),
-            started: Instant::now(),
-            child,
-        })
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Fails with the end of its log if it has already exited.
-    pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} exited ({status}); end of its log:\n{}",
-                self.name,
-                log_tail(&self.log, 15)
-            );
-        }
-        Ok(())
-    }
-
-    /// Stops it now (what dropping it does).
-    pub fn stop(self) {}
-
-    fn wait_for(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        if !self.wait_for(STOP_GRACE) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// utime + stime of one process (all its threads), in seconds: fields 14 and 15 of
 /// /proc/PID/stat, counted after the parenthesised command name (which may hold spaces), in

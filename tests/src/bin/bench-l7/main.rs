@@ -42,9 +42,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::peers::{Ports, local};
-use lb_tests::bench::{Scratch, version, workspace};
+use lb_tests::bench::{Guard, Scratch, version, workspace};
 
-use crate::procs::Guard;
+use crate::procs::cpu_time;
 use crate::report::{Report, SystemFigures};
 use crate::wrk::{Load, WrkResult};
 
@@ -100,10 +100,10 @@ fn measure(
         .guard
         .as_mut()
         .with_context(|| format!("{} is not running", s.name))?;
-    let cpu_before = guard.cpu_time();
+    let cpu_before = cpu_time(guard);
     let r = wrk::run(load, local(s.port), pacing)?;
     let cpu = cpu_before
-        .zip(guard.cpu_time())
+        .zip(cpu_time(guard))
         .filter(|_| r.requests > 0)
         .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
     println!(

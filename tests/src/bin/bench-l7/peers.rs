@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use lb_tests::bench::{Scratch, free_port};
+use lb_tests::bench::{Guard, Scratch, free_port};
 
-use crate::procs::{Guard, wait_http_ok};
+use crate::procs::wait_http_ok;
 
 /// Workers / threads of every proxy (`[proxy] workers` for ours, `nbthread` for HAProxy,
 /// `worker_processes` for nginx).

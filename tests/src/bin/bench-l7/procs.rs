@@ -1,112 +1,30 @@
-//! The processes the bench starts (backend, proxies, wrk) and the scratch directory their
-//! configuration files live in. Everything started here is stopped by its own pid when its
-//! guard drops, so an early `?` return leaves nothing running.
+//! What the bench asks of the processes it starts (backend, proxies, wrk; stopped by
+//! `lb_tests::bench::Guard`): their CPU time and their readiness.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lb_tests::bench::log_tail;
+use lb_tests::bench::{Guard, log_tail};
 
-/// How long a stopped process may take to exit after SIGTERM before it gets SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Pause between two readiness probes.
 const PROBE_PAUSE: Duration = Duration::from_millis(100);
 
-/// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
-pub struct Guard {
-    /// A short name for messages.
-    pub name: String,
-    /// Where its stdout and stderr go.
-    pub log: PathBuf,
-    child: Child,
-}
-
-impl Guard {
-    /// Starts `cmd` with stdout and stderr appended to `log`.
-    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Self> {
-        let out =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone()?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("starting {name}: {cmd:?}"))?;
-        Ok(Self {
-            name: name.to_string(),
-            log: log.to_path_buf(),
-            child,
-        })
+/// CPU time (user + system) used so far by `guard`'s process and its direct children (the
+/// nginx master's workers), or `None` when /proc cannot tell.
+pub fn cpu_time(guard: &Guard) -> Option<Duration> {
+    let pid = guard.pid();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let mut ticks = proc_ticks(pid)?;
+    for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        ticks += proc_ticks(c).unwrap_or(0);
     }
-
-    /// Fails with the end of its log if it has already exited.
-    pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} exited ({status}); end of its log:\n{}",
-                self.name,
-                log_tail(&self.log, 15)
-            );
-        }
-        Ok(())
-    }
-
-    /// Waits at most `limit` for the process to exit by itself; `None` if it is still running.
-    pub fn wait_for(&mut self, limit: Duration) -> Result<Option<std::process::ExitStatus>> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait()? {
-                return Ok(Some(s));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// CPU time (user + system) used so far by the process and its direct children (the
-    /// nginx master's workers), or `None` when /proc cannot tell.
-    pub fn cpu_time(&self) -> Option<Duration> {
-        let pid = self.child.id();
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        let mut ticks = proc_ticks(pid)?;
-        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            ticks += proc_ticks(c).unwrap_or(0);
-        }
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
-        Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
-            unsafe {
-                libc::kill(pid, sig);
-            }
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        self.signal(libc::SIGTERM);
-        if !matches!(self.wait_for(STOP_GRACE), Ok(Some(_))) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
 }
 
 /// utime + stime of one process, in clock ticks (fields 14 and 15 of /proc/PID/stat,

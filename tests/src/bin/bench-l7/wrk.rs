@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use lb_tests::bench::log_tail;
-
-use crate::procs::Guard;
+use lb_tests::bench::{Guard, log_tail};
 
 /// The load shape, the same for every system.
 #[derive(Clone, Copy, Debug)]
