@@ -418,6 +418,105 @@ fn link_local_backend_of_a_network_vservice_is_rejected() {
     );
 }
 
+/// A dual-stack tcp-l4 vService over web1 (with `address6`, line 4) and web2; `web2_v6` is
+/// line 12 (still in web2's table), `vip6` line 19, the vService's backends line 20.
+fn dual_stack(web2_v6: &str, vip6: &str) -> String {
+    doc(&[
+        "[[backend_service]]",
+        "name = \"web1\"",
+        "address = \"10.0.1.1\"",
+        "address6 = \"2001:db8:1::1\"",
+        "port = 80",
+        "",
+        "[[backend_service]]",
+        "name = \"web2\"",
+        "address = \"10.0.1.2\"",
+        "port = 80",
+        "",
+        web2_v6,
+        "",
+        "[[vservice]]",
+        "name = \"web\"",
+        "kind = \"tcp-l4\"",
+        "address = \"192.0.2.1\"",
+        "port = 80",
+        vip6,
+        "backends = [\"web1\", \"web2\"]",
+    ])
+}
+
+#[test]
+fn dual_stack_vservice_shares_its_backends_by_name() {
+    let text = dual_stack("address6 = \"2001:db8:1::2\"", "address6 = \"2001:db8::1\"");
+    let cfg = parse(&text, "lb.toml").expect("a dual-stack vService");
+    let web = &cfg.vservices[0];
+    assert_eq!(web.address.to_string(), "192.0.2.1");
+    assert_eq!(web.address6, Some("2001:db8::1".parse().unwrap()));
+    let vips: Vec<String> = web.vips().map(|a| a.to_string()).collect();
+    assert_eq!(vips, ["192.0.2.1", "2001:db8::1"]);
+    let web2 = &cfg.backend_services[1];
+    assert_eq!(web2.address6, Some("2001:db8:1::2".parse().unwrap()));
+    assert_eq!(
+        web2.address_for("2001:db8::1".parse().unwrap()),
+        Some("2001:db8:1::2".parse().unwrap())
+    );
+    assert_eq!(
+        web2.health_key("2001:db8:1::2".parse().unwrap()),
+        "web2 (IPv6)"
+    );
+    assert_eq!(web2.health_key("10.0.1.2".parse().unwrap()), "web2");
+}
+
+#[test]
+fn dual_stack_backend_without_address6_is_rejected() {
+    let text = dual_stack("", "address6 = \"2001:db8::1\"");
+    let words = "backend service `web2` has IPv4 address 10.0.1.2 but the VIP 2001:db8::1 is IPv6: \
+                 a Network vService forwards within one family (no NAT46); give it `address6`";
+    assert_issue(&text, "vservice[0].backends[1]", 20, words);
+}
+
+#[test]
+fn address6_must_be_ipv6_beside_an_ipv4_address() {
+    let text = dual_stack("", "address6 = \"192.0.2.2\"");
+    assert_issue(
+        &text,
+        "vservice[0].address6",
+        19,
+        "`192.0.2.2` is not an IPv6 address",
+    );
+    let text = dual_stack("", "address6 = \"2001:db8::1\"")
+        .replace("address = \"10.0.1.1\"", "address = \"2001:db8:1::9\"");
+    assert_issue(
+        &text,
+        "backend_service[0].address6",
+        4,
+        "`address` is already IPv6: put the IPv4 address in `address`",
+    );
+}
+
+#[test]
+fn address6_on_an_l7_vservice_points_at_the_wildcard() {
+    let text = dual_stack("", "address6 = \"2001:db8::1\"").replace("tcp-l4", "http");
+    assert_issue(
+        &text,
+        "vservice[0].address6",
+        19,
+        "`address6` applies only to Network vServices (tcp-l4, udp-l4, any-l3), not to this \
+         http vService: to take IPv4 and IPv6 clients on one listener, set `address = \"::\"`",
+    );
+}
+
+#[test]
+fn ipv6_health_key_may_not_be_another_backends_name() {
+    let text = dual_stack("", "").replace("name = \"web2\"", "name = \"web1 (IPv6)\"");
+    assert_issue(
+        &text,
+        "backend_service[0].address6",
+        4,
+        "checked and shown as `web1 (IPv6)`, which is also the name of another backend service",
+    );
+}
+
 #[test]
 fn bad_backend_values() {
     let text = doc(&[

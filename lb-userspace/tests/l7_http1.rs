@@ -527,6 +527,7 @@ impl Env {
         cfg.backend_services = vec![BackendService {
             name: "a".into(),
             address: backend.ip(),
+            address6: None,
             port: backend.port(),
             weight: 1,
             health_check: Some("hc".into()),
@@ -538,6 +539,7 @@ impl Env {
             name: "web".into(),
             kind: VServiceKind::Http,
             address: [127, 0, 0, 1].into(),
+            address6: None,
             ports: PortSpec::Single(port),
             forwarding: Forwarding::Nat,
             maglev_size: 65537,

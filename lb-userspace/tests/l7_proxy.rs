@@ -209,6 +209,7 @@ fn service(name: &str, addr: SocketAddr) -> BackendService {
     BackendService {
         name: name.into(),
         address: addr.ip(),
+        address6: None,
         port: addr.port(),
         weight: 1,
         // A check is assigned so that the health the test publishes counts (S-HC6).
@@ -254,6 +255,7 @@ fn vservice(name: &str, kind: VServiceKind, backends: &[&str]) -> VService {
         name: name.into(),
         kind,
         address: [127, 0, 0, 1].into(),
+        address6: None,
         ports: PortSpec::Single(free_port()),
         forwarding: Forwarding::Nat,
         maglev_size: 65537,

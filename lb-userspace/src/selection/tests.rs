@@ -19,6 +19,7 @@ fn svc(spec: &str) -> BackendService {
     let mut s = BackendService {
         name,
         address: "10.0.0.1".parse().unwrap(),
+        address6: None,
         port: 80,
         weight: 1,
         health_check: None,
@@ -64,6 +65,7 @@ fn vservice(
         name: name.to_owned(),
         kind,
         address: "192.0.2.10".parse().unwrap(),
+        address6: None,
         ports,
         forwarding: Forwarding::Nat,
         maglev_size: 251,

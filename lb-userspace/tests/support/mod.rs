@@ -112,6 +112,7 @@ pub fn service(name: &str, check: Option<&str>) -> BackendService {
     BackendService {
         name: name.into(),
         address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        address6: None,
         port: 8080,
         weight: 1,
         health_check: check.map(Into::into),

@@ -2,13 +2,13 @@
 //! health checks and group members.
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use serde_spanned::Spanned;
 
 use super::names::Namespace;
 use crate::config::issues::Issues;
-use crate::config::model::{BackendGroup, BackendService};
+use crate::config::model::{BackendGroup, BackendService, ipv6_health_key};
 use crate::config::raw::document::{Entry, RawDocument};
 use crate::config::raw::{RawBackendGroup, RawBackendService};
 
@@ -96,6 +96,20 @@ pub(in crate::config) fn backends(doc: &RawDocument, issues: &mut Issues) -> Bac
         let before = issues.error_count();
         let field = format!("{}.name", entry.path);
         names.define(&entry.raw.name, "backend service", &field, issues);
+        if let Some(extra) = &entry.raw.address6 {
+            let key = ipv6_health_key(entry.raw.name.get_ref());
+            if backends.service_names.contains(&key) {
+                issues.error(
+                    &extra.span(),
+                    &format!("{}.address6", entry.path),
+                    format!(
+                        "the IPv6 address of `{}` is checked and shown as `{key}`, which is \
+                         also the name of another backend service: rename that one",
+                        entry.raw.name.get_ref()
+                    ),
+                );
+            }
+        }
         let service = service(entry, &health_names, issues);
         if issues.error_count() == before
             && let Some(service) = service
@@ -180,6 +194,37 @@ pub(in crate::config) fn address(
     parsed
 }
 
+/// The optional `address6` beside an `address`: an IPv6 address, allowed only when
+/// `address` is IPv4 (one address per family). `main` is `address` as parsed (None when it
+/// was unusable, already reported).
+pub(in crate::config) fn address6(
+    main: Option<IpAddr>,
+    value: Option<&Spanned<String>>,
+    field: &str,
+    issues: &mut Issues,
+) -> Option<Ipv6Addr> {
+    let value = value?;
+    match address(value, field, issues)? {
+        IpAddr::V6(_) if main.is_some_and(|m| m.is_ipv6()) => {
+            issues.error(
+                &value.span(),
+                field,
+                "`address` is already IPv6: put the IPv4 address in `address`, the IPv6 one here",
+            );
+            None
+        }
+        IpAddr::V6(v6) => Some(v6),
+        IpAddr::V4(_) => {
+            issues.error(
+                &value.span(),
+                field,
+                format!("`{}` is not an IPv6 address", value.get_ref()),
+            );
+            None
+        }
+    }
+}
+
 fn service(
     entry: &Entry<RawBackendService>,
     health: &HashSet<&str>,
@@ -188,6 +233,14 @@ fn service(
     let raw = &entry.raw;
     let path = &entry.path;
     let address = address(&raw.address, &format!("{path}.address"), issues);
+    let before = issues.error_count();
+    let address6 = address6(
+        address,
+        raw.address6.as_ref(),
+        &format!("{path}.address6"),
+        issues,
+    );
+    let address6_fine = issues.error_count() == before;
     let port = ranged(&raw.port, 0, 65535, &format!("{path}.port"), issues);
     let weight = match &raw.weight {
         Some(w) => ranged(w, 0, 65535, &format!("{path}.weight"), issues),
@@ -213,9 +266,13 @@ fn service(
             format!("unknown health check `{}`", check.get_ref()),
         );
     }
+    if !address6_fine {
+        return None;
+    }
     Some(BackendService {
         name: raw.name.get_ref().clone(),
         address: address?,
+        address6,
         port: u16::try_from(port?).ok()?,
         weight: weight?,
         health_check: raw.health_check.as_ref().map(|c| c.get_ref().clone()),

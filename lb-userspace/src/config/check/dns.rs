@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
-use super::backends::{address, ranged};
+use super::backends::{address, address6, ranged};
 use super::control::{check_token, valid_host};
 use super::names::Namespace;
 use super::seconds::seconds;
@@ -365,22 +365,13 @@ fn site_service(raw: &RawSite, path: &str, issues: &mut Issues) -> Option<SiteSe
         Some(IpAddr::V6(v6)) => ipv6 = Some(v6),
         None => {}
     }
-    if let Some(extra) = &raw.address6 {
-        let field = format!("{path}.address6");
-        match address(extra, &field, issues) {
-            Some(IpAddr::V6(v6)) if ipv6.is_none() => ipv6 = Some(v6),
-            Some(IpAddr::V6(_)) => issues.error(
-                &extra.span(),
-                &field,
-                "`address` is already IPv6: put the IPv4 address in `address`, the IPv6 one here",
-            ),
-            Some(IpAddr::V4(_)) => issues.error(
-                &extra.span(),
-                &field,
-                format!("`{}` is not an IPv6 address", extra.get_ref()),
-            ),
-            None => {}
-        }
+    if let Some(v6) = address6(
+        ipv6.map(IpAddr::V6),
+        raw.address6.as_ref(),
+        &format!("{path}.address6"),
+        issues,
+    ) {
+        ipv6 = Some(v6);
     }
     let api = api_url(&raw.api, &format!("{path}.api"), issues);
     let token = raw

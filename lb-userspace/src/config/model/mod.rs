@@ -216,6 +216,9 @@ pub struct BackendService {
     pub name: String,
     /// Server address.
     pub address: IpAddr,
+    /// Its IPv6 address too, when `address` is IPv4: the server of a dual-stack vService's
+    /// IPv6 VIP, checked on its own (see [`BackendService::health_key`]).
+    pub address6: Option<Ipv6Addr>,
     /// Port; 0 means "the port the client asked for" (Port Range and ANY-L3 VIPs).
     pub port: u16,
     /// Weight; 0 drains the service (S-BK11). Default 1.
@@ -228,6 +231,41 @@ pub struct BackendService {
     pub backup: bool,
     /// Connection limit; none means unlimited.
     pub max_connections: Option<u32>,
+}
+
+impl BackendService {
+    /// Its address in the family of `vip`, if it has one: a VIP forwards within its family.
+    pub fn address_for(&self, vip: IpAddr) -> Option<IpAddr> {
+        if self.address.is_ipv4() == vip.is_ipv4() {
+            Some(self.address)
+        } else {
+            self.address6.filter(|_| vip.is_ipv6()).map(IpAddr::V6)
+        }
+    }
+
+    /// The name the health engine knows the check of `address` by: the service's name for
+    /// its main address, [`ipv6_health_key`] for the `address6` of a dual-stack service, so
+    /// that a server reachable over one family only is kept out of the other family's VIP.
+    pub fn health_key(&self, address: IpAddr) -> std::borrow::Cow<'_, str> {
+        if address != self.address && self.address6.is_some() {
+            ipv6_health_key(&self.name).into()
+        } else {
+            self.name.as_str().into()
+        }
+    }
+
+    /// Every address with its health key: the main one, then `address6`.
+    pub fn health_targets(&self) -> impl Iterator<Item = (std::borrow::Cow<'_, str>, IpAddr)> {
+        std::iter::once(self.address)
+            .chain(self.address6.map(IpAddr::V6))
+            .map(|a| (self.health_key(a), a))
+    }
+}
+
+/// The health key of the `address6` of dual-stack Backend Service `name`; the configuration
+/// keeps it apart from every other name.
+pub fn ipv6_health_key(name: &str) -> String {
+    format!("{name} (IPv6)")
 }
 
 /// A named, ordered set of Backend Services used like one.
@@ -252,6 +290,9 @@ pub struct VService {
     pub kind: VServiceKind,
     /// Listening address (the VIP).
     pub address: IpAddr,
+    /// Network vServices: a second VIP, IPv6, when `address` is IPv4 (dual stack). Both
+    /// VIPs share the name, lists and backends; each forwards within its own family.
+    pub address6: Option<Ipv6Addr>,
     /// Port or ports.
     pub ports: PortSpec,
     /// Network vServices: forwarding mode.
@@ -265,6 +306,13 @@ pub struct VService {
     pub apply_admin_state: bool,
     /// HTTP and L7 TCP vServices: proxy settings (None for Network vServices).
     pub l7: Option<L7Settings>,
+}
+
+impl VService {
+    /// Its VIPs: `address`, then `address6` when the vService is dual-stack.
+    pub fn vips(&self) -> impl Iterator<Item = IpAddr> {
+        std::iter::once(self.address).chain(self.address6.map(IpAddr::V6))
+    }
 }
 
 /// Settings of an HTTP or L7 TCP vService.

@@ -104,6 +104,7 @@ impl RawHealthType {
 pub(in crate::config) struct RawBackendService {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
+    pub address6: Option<Spanned<String>>,
     pub port: Spanned<i64>,
     pub weight: Option<Spanned<i64>>,
     pub health_check: Option<Spanned<String>>,
@@ -133,6 +134,7 @@ pub(in crate::config) struct RawVService {
     pub name: Spanned<String>,
     pub kind: Spanned<RawVServiceKind>,
     pub address: Spanned<String>,
+    pub address6: Option<Spanned<String>>,
     pub port: Option<Spanned<i64>>,
     pub port_range: Option<Spanned<toml::Value>>,
     pub forwarding: Option<Spanned<RawForwarding>>,

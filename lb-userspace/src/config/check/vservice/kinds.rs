@@ -46,6 +46,7 @@ fn scoped_keys(raw: &RawVService) -> Vec<(&'static str, Range<usize>, Scope)> {
         value.as_ref().map(Spanned::span)
     }
     [
+        ("address6", span(&raw.address6), Scope::Network),
         ("forwarding", span(&raw.forwarding), Scope::Network),
         ("maglev_size", span(&raw.maglev_size), Scope::Network),
         (
@@ -82,9 +83,14 @@ pub(in crate::config) fn check_keys(entry: &Entry<RawVService>, issues: &mut Iss
                 &span,
                 &format!("{}.{key}", entry.path),
                 format!(
-                    "`{key}` applies only to {}, not to this {} vService",
+                    "`{key}` applies only to {}, not to this {} vService{}",
                     scope.describe(),
-                    kind.as_str()
+                    kind.as_str(),
+                    if key == "address6" {
+                        ": to take IPv4 and IPv6 clients on one listener, set `address = \"::\"`"
+                    } else {
+                        ""
+                    }
                 ),
             );
             fine = false;

@@ -15,7 +15,9 @@ pub(in crate::config) mod ports;
 
 use std::net::IpAddr;
 
-use crate::config::check::backends::{Backends, address, ranged};
+use serde_spanned::Spanned;
+
+use crate::config::check::backends::{Backends, address, address6, ranged};
 use crate::config::check::names::Namespace;
 use crate::config::issues::Issues;
 use crate::config::model::{Forwarding, VService, VServiceKind};
@@ -51,11 +53,11 @@ pub(in crate::config) fn vservices(
             &format!("{}.name", entry.path),
             issues,
         );
-        let Some((vservice, listener)) = convert(entry, backends, issues) else {
+        let Some((vservice, own)) = convert(entry, backends, issues) else {
             continue;
         };
         network::check_backends(&vservice, entry, backends, issues);
-        listeners.push(listener);
+        listeners.extend(own);
         if issues.error_count() == before {
             valid.push(vservice);
         }
@@ -69,7 +71,7 @@ fn convert(
     entry: &Entry<RawVService>,
     backends: &Backends,
     issues: &mut Issues,
-) -> Option<(VService, Listener)> {
+) -> Option<(VService, Vec<Listener>)> {
     let raw = &entry.raw;
     let path = &entry.path;
     let kind = match raw.kind.get_ref() {
@@ -106,6 +108,15 @@ fn convert(
             ),
         );
     }
+    let address6_field = format!("{path}.address6");
+    let before = issues.error_count();
+    let vip6 = address6(vip, raw.address6.as_ref(), &address6_field, issues);
+    if let (Some(a), Some(span)) = (vip6, raw.address6.as_ref().map(Spanned::span))
+        && let Some(problem) = network::unroutable(IpAddr::V6(a))
+    {
+        issues.error(&span, &address6_field, format!("{a}: {problem}"));
+    }
+    let vip6_fine = issues.error_count() == before;
     let ports = ports(entry, issues);
     let forwarding = match raw.forwarding.as_ref().map(|f| *f.get_ref()) {
         Some(RawForwarding::Dsr) => Forwarding::Dsr,
@@ -128,10 +139,14 @@ fn convert(
         check_l7_ports(&source, raw.kind.get_ref().as_str(), backends, issues);
     }
     let l7 = l7_settings(entry, backends, issues);
+    if !vip6_fine {
+        return None;
+    }
     let vservice = VService {
         name: raw.name.get_ref().clone(),
         kind,
         address: vip?,
+        address6: vip6,
         ports: ports.as_ref()?.0,
         forwarding,
         maglev_size,
@@ -140,15 +155,18 @@ fn convert(
         l7,
     };
     let (_, span, field) = ports?;
-    let listener = Listener {
-        name: vservice.name.clone(),
-        kind,
-        address: vservice.address,
-        ports: vservice.ports,
-        span,
-        field,
-    };
-    Some((vservice, listener))
+    let listeners = vservice
+        .vips()
+        .map(|address| Listener {
+            name: vservice.name.clone(),
+            kind,
+            address,
+            ports: vservice.ports,
+            span: span.clone(),
+            field: field.clone(),
+        })
+        .collect();
+    Some((vservice, listeners))
 }
 
 /// `maglev_size`: a prime in 251..=1048576 (Maglev needs a prime table size).

@@ -1,6 +1,6 @@
-//! Rules of Network (XDP) vServices that involve their addresses and backends: one
-//! address family per vService (no NAT46), addresses the data path can route, DSR cannot
-//! change ports.
+//! Rules of Network (XDP) vServices that involve their addresses and backends: each VIP
+//! forwards within its family (no NAT46), so the backends of a dual-stack vService have an
+//! address of each; addresses the data path can route; DSR cannot change ports.
 
 use std::net::IpAddr;
 
@@ -52,29 +52,22 @@ pub(in crate::config) fn check_backends(
         let field = format!("{}.backends[{index}]", entry.path);
         for service in backends.expand(item.get_ref()) {
             let name = &service.name;
-            if service.address.is_ipv4() != vservice.address.is_ipv4() {
-                issues.error(
-                    &item.span(),
-                    &field,
-                    format!(
-                        "backend service `{name}` has {} address {} but the VIP {} is {}: \
-                         a Network vService forwards within one family (no NAT46); \
-                         use a vService per family",
-                        family(service.address),
-                        service.address,
-                        vservice.address,
-                        family(vservice.address)
-                    ),
-                );
-            } else if let Some(problem) = unroutable(service.address) {
-                issues.error(
-                    &item.span(),
-                    &field,
-                    format!(
-                        "backend service `{name}` has address {}: {problem}",
-                        service.address
-                    ),
-                );
+            for vip in vservice.vips() {
+                let Some(address) = service.address_for(vip) else {
+                    issues.error(
+                        &item.span(),
+                        &field,
+                        family_problem(name, service.address, vip, vservice.address6.is_some()),
+                    );
+                    continue;
+                };
+                if let Some(problem) = unroutable(address) {
+                    issues.error(
+                        &item.span(),
+                        &field,
+                        format!("backend service `{name}` has address {address}: {problem}"),
+                    );
+                }
             }
             if let Some(problem) = port_problem(vservice, service.port) {
                 issues.error(
@@ -88,6 +81,25 @@ pub(in crate::config) fn check_backends(
             }
         }
     }
+}
+
+/// Why backend service `name` (main address `address`) cannot serve `vip`: it has no
+/// address of the VIP's family. A Network vService forwards within one family (no NAT46).
+fn family_problem(name: &str, address: IpAddr, vip: IpAddr, dual_stack: bool) -> String {
+    let hint = if vip.is_ipv6() && address.is_ipv4() {
+        "give it `address6`"
+    } else if dual_stack {
+        "put its IPv4 address in `address` and the IPv6 one in `address6`"
+    } else {
+        "use a vService per family, or a dual-stack vService (`address` IPv4, `address6` \
+         IPv6) whose backends have both"
+    };
+    format!(
+        "backend service `{name}` has {} address {address} but the VIP {vip} is {}: a Network \
+         vService forwards within one family (no NAT46); {hint}",
+        family(address),
+        family(vip),
+    )
 }
 
 /// Why a backend port cannot be used by this vService, if it cannot.
