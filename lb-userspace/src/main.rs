@@ -259,10 +259,11 @@ fn status(pin_dir: &Path, json: bool) -> Result<()> {
     if json {
         let mut vips = serde_json::to_value(&st.vips)?;
         for vip in vips.as_array_mut().into_iter().flatten() {
+            let ipv6 = vip["address"].as_str().is_some_and(|a| a.contains(':'));
             for b in vip["backends"].as_array_mut().into_iter().flatten() {
                 let name = b["name"].as_str().unwrap_or_default().to_string();
-                b["health"] =
-                    health_of(report.as_ref(), &name).map_or(serde_json::Value::Null, Into::into);
+                b["health"] = health_of(report.as_ref(), &name, ipv6)
+                    .map_or(serde_json::Value::Null, Into::into);
             }
         }
         let global: std::collections::BTreeMap<String, u64> =
@@ -275,10 +276,13 @@ fn status(pin_dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The engine's decision for a Backend Service, when a daemon reported one.
-fn health_of(report: Option<&lb::daemon::HealthReport>, name: &str) -> Option<String> {
-    report
-        .and_then(|r| r.services.get(name))
+/// The engine's decision for a Backend Service, when a daemon reported one; behind an IPv6
+/// VIP, that of its `address6` when it is dual-stack.
+fn health_of(report: Option<&lb::daemon::HealthReport>, name: &str, ipv6: bool) -> Option<String> {
+    let services = &report?.services;
+    ipv6.then(|| services.get(&lb::config::ipv6_health_key(name)))
+        .flatten()
+        .or_else(|| services.get(name))
         .map(|s| s.state.clone())
 }
 
@@ -316,7 +320,7 @@ fn print_status(st: &Status, ifaces: &[String], report: Option<&lb::daemon::Heal
                 b.name,
                 host_port(&b.address, b.port),
                 b.weight,
-                health_of(report, &b.name).unwrap_or_else(|| "-".into()),
+                health_of(report, &b.name, v.address.contains(':')).unwrap_or_else(|| "-".into()),
                 if b.active { "active" } else { "removed" },
                 b.counters.packets,
                 b.counters.bytes,

@@ -128,6 +128,7 @@ backup = true
 [[backend_service]]
 name = "g1"
 address = "127.0.0.2"
+address6 = "fd00::2"
 port = {p1}
 
 [[backend_group]]
@@ -326,6 +327,17 @@ async fn s_ob_read_endpoints() {
     let g1 = node.get("/api/v1/backends/g1").await.body;
     assert_eq!(g1["checked"], false);
     assert_eq!(g1["groups"], json!(["g"]));
+    // A dual-stack service shows its IPv6 address and that address's own health.
+    assert_eq!(
+        (&g1["address6"], &g1["health6"]),
+        (&json!("fd00::2"), &json!("OK"))
+    );
+    assert!(
+        b2.get("address6").is_none(),
+        "no address6 on a one-address service: {b2}"
+    );
+    let g1_v6 = node.get("/api/v1/backends/g1%20(IPv6)/transitions").await;
+    assert_eq!(g1_v6.body["name"], "g1 (IPv6)", "{:?}", g1_v6.body);
 
     let groups = node.get("/api/v1/groups").await.body;
     assert_eq!(find(&groups, "groups", "g")["members"][0]["name"], "g1");
@@ -437,12 +449,13 @@ async fn s_ob_metrics_parse() {
         }
     }
     assert!(
-        text.contains(r#"lb_backend_health{backend="b1",state="OK"} 1"#),
+        text.contains(r#"lb_backend_health{backend="b1",address="127.0.0.1",state="OK"} 1"#),
         "{text}"
     );
+    assert!(text.contains(r#"lb_backend_health{backend="g1",address="fd00::2",state="OK"} 1"#));
     assert!(text.contains(r#"lb_backend_maintenance{backend="b1"} 0"#));
     assert!(text.contains(r#"lb_list_tier{vservice="tcpvs",list="default"} 0"#));
-    assert!(text.contains(r#"lb_health_transitions_total{backend="b1"} 1"#));
+    assert!(text.contains(r#"lb_health_transitions_total{backend="b1",address="127.0.0.1"} 1"#));
     node.shutdown().await;
 }
 

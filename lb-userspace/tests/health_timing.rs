@@ -200,6 +200,34 @@ async fn s_hc5_preparing_to_error_after_rf_failures() {
     );
 }
 
+// S-HC5 for each family: a dual-stack Backend Service's IPv6 address is checked apart, so a
+// server that refuses over IPv6 is Error for its IPv6 VIPs and stays OK for its IPv4 ones.
+#[tokio::test(start_paused = true)]
+async fn s_hc5_dual_stack_service_is_decided_per_family() {
+    let check = defaults();
+    let mut web = service("web", Some("hc"));
+    web.address6 = Some("2001:db8::7".parse().unwrap());
+    let engine = start(
+        &[web],
+        &check,
+        vec![("web (IPv6)", vec![(0.0, Behaviour::Refuse)])],
+        false,
+    );
+    sleep(secs(5.0)).await;
+    let snapshot = engine.snapshot();
+    assert_eq!(snapshot.state("web"), Some(HealthState::Ok));
+    assert_eq!(snapshot.state("web (IPv6)"), Some(HealthState::Error));
+    assert_eq!(snapshot.services.len(), 2, "{:?}", snapshot.services);
+    let ipv6 = engine.transitions("web (IPv6)");
+    assert_eq!(ipv6.len(), 1, "{ipv6:?}");
+    assert_close(ipv6[0].at.since_start, secs(1.0), "RF=2 refusals over IPv6");
+    assert!(
+        engine
+            .last_reason("web (IPv6)")
+            .is_some_and(|r| r.contains("refused"))
+    );
+}
+
 // S-HC3: a silent check lasts exactly T, a refused one ends at once, and the next check
 // starts exactly P after the previous one ended: checks never overlap.
 #[tokio::test(start_paused = true)]

@@ -14,7 +14,7 @@
 //! The scenarios are shared with the IPv4 tests (`e2e_network`, `e2e_health`): each test
 //! here runs its scenario of `lb_tests::netns::scenarios` with [`Family::V6`].
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,8 +23,9 @@ use lb_tests::netns::configs::{
 };
 use lb_tests::netns::scenarios::health::{self, Failure};
 use lb_tests::netns::scenarios::{ask_counts, data_path, lifecycle};
-use lb_tests::netns::status::{vip_entry, wait_all_ok};
+use lb_tests::netns::status::watch;
 use lb_tests::netns::{Family, Topology, at, require_data_path, vip4, vip6};
+use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -194,96 +195,172 @@ fn network_ipv6_daemon_restart_keeps_connections_and_balancing() {
     lifecycle::daemon_restart_keeps_connections_and_balancing(Family::V6);
 }
 
-/// A dual-stack service: two Network vServices, `web4` on an IPv4 VIP and `web6` on an IPv6
-/// VIP, over the same three backend hosts (one `[::]` server each, answering both families).
-/// A vService keeps to one family, so each host has a Backend Service per family (`b1` at its
-/// IPv4 address, `b1-v6` at its IPv6 address), each with its own TCP check. `lb run` checks
-/// both families (all OK and active), both VIPs answer and spread over all hosts, and
-/// `lb status` shows both vServices, the IPv6 ones with their address in normal text form
-/// (`fd00:10:99::20`, bracketed with a port in the text view).
+/// The entry of the VIP of vService `name` at `address` in `lb status --json` (a dual-stack
+/// vService has two entries of one name), once the daemon has written it.
+fn find_vip<'a>(json: &'a Value, name: &str, address: IpAddr) -> Option<&'a Value> {
+    json["vips"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == name && v["address"] == address.to_string())
+}
+
+/// [`find_vip`], which must be there.
+fn vip_at<'a>(json: &'a Value, name: &str, address: IpAddr) -> &'a Value {
+    find_vip(json, name, address)
+        .unwrap_or_else(|| panic!("no VIP {name} at {address} in {json:#}"))
+}
+
+/// (name, address, health, active) of every backend of a VIP entry, in list order.
+fn backends_of(vip: &Value) -> Vec<(String, String, String, bool)> {
+    vip["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap_or_default().to_string(),
+                b["address"].as_str().unwrap_or_default().to_string(),
+                b["health"].as_str().unwrap_or_default().to_string(),
+                b["active"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+/// A dual-stack vService: one name, `web`, with an IPv4 VIP (`address`) and an IPv6 VIP
+/// (`address6`), over three Backend Services b1..b3 that each have an IPv4 `address` and an
+/// IPv6 `address6` (one `[::]` server per host answers both). The list names each backend
+/// once; each VIP forwards to the backends' address of its own family. Each address is
+/// checked on its own (S-HC5 per family): when b3 loses its IPv6 address, b3 is Error and
+/// leaves the IPv6 VIP (S-RF2) while it stays OK and active on the IPv4 VIP. `lb status`
+/// shows both VIPs under the one name, IPv6 addresses in their normal text form.
 #[test]
-fn network_dual_stack_vservices_share_backend_hosts() {
+fn network_dual_stack_vservice_shares_backends_by_name() {
     let _guard = serial();
     require_data_path().expect("data path built");
     let topo = Family::V6.topology(None);
     topo.tcp_servers(8000).expect("servers");
-    let (v4, v6) = (vip4(20), vip6(0x20));
-    let mut cfg = check("tcp", "tcp", "");
+    let (v4, v6) = (IpAddr::V4(vip4(20)), IpAddr::V6(vip6(0x20)));
+    let mut cfg = check("tcp", "tcp", "period = 1\ntimeout = 1");
     for (i, b) in topo.backends.iter().enumerate() {
-        cfg += &checked_service(&b.name, b.addr, 8000, "tcp");
-        cfg += &checked_service(&format!("{}-v6", b.name), addr6_of(&topo, i), 8000, "tcp");
+        cfg += &checked_service(&b.name, b.addr, 8000, "tcp").replace(
+            "port = 8000",
+            &format!("address6 = \"{}\"\nport = 8000", addr6_of(&topo, i)),
+        );
     }
-    let names4 = all_names(&topo);
-    let names6: Vec<String> = names4.iter().map(|n| format!("{n}-v6")).collect();
-    let names6: Vec<&str> = names6.iter().map(String::as_str).collect();
-    cfg += &vservice("web4", "tcp-l4", v4, "port = 8000", "nat", &names4);
-    cfg += &vservice("web6", "tcp-l4", v6, "port = 8000", "nat", &names6);
+    let names = all_names(&topo);
+    cfg += &vservice("web", "tcp-l4", v4, "port = 8000", "nat", &names)
+        .replace("port = 8000", &format!("address6 = \"{v6}\"\nport = 8000"));
     let mut daemon = start_daemon(&topo, &cfg);
-    wait_all_ok(
+    let all_active = |json: &Value| {
+        [v4, v6].iter().all(|&vip| {
+            find_vip(json, "web", vip).is_some_and(|entry| {
+                backends_of(entry)
+                    .iter()
+                    .all(|(_, _, health, active)| health == "OK" && *active)
+            })
+        })
+    };
+    watch(
         &topo,
         &mut daemon,
-        &[("web4", &names4), ("web6", &names6)],
         Duration::from_secs(25),
+        "both VIPs OK",
+        |s| all_active(&s.json),
     );
 
     let r4 = ask_counts(&topo, 60, at(v4, 8000));
     let r6 = ask_counts(&topo, 60, at(v6, 8000));
-    println!("dual stack: web4 {v4}: {r4:?}; web6 {v6}: {r6:?}");
+    println!("dual stack: web {v4}: {r4:?}; web {v6}: {r6:?}");
     assert_eq!(r4.len(), 3, "IPv4 VIP spread over all hosts");
     assert_eq!(r6.len(), 3, "IPv6 VIP spread over all hosts");
 
     let json = topo.lb_status().expect("lb status --json");
-    let web6 = vip_entry(&json, "web6").expect("web6 in lb status --json");
-    let web4 = vip_entry(&json, "web4").expect("web4 in lb status --json");
-    assert_eq!(web4["address"], v4.to_string());
-    assert_eq!(
-        web6["address"],
-        v6.to_string(),
-        "IPv6 VIP in normal text form"
-    );
-    for (i, b) in web6["backends"]
-        .as_array()
-        .expect("backends")
-        .iter()
-        .enumerate()
-    {
-        assert_eq!(b["name"], names6[i]);
-        assert_eq!(b["address"], addr6_of(&topo, i).to_string());
+    for (vip, family_addr) in [
+        (
+            v4,
+            Box::new(|i: usize| IpAddr::V4(topo.backends[i].addr)) as Box<dyn Fn(usize) -> IpAddr>,
+        ),
+        (v6, Box::new(|i: usize| IpAddr::V6(addr6_of(&topo, i)))),
+    ] {
+        let listed = backends_of(vip_at(&json, "web", vip));
+        let expected: Vec<(String, String)> = (0..3)
+            .map(|i| (names[i].to_string(), family_addr(i).to_string()))
+            .collect();
+        let got: Vec<(String, String)> = listed
+            .iter()
+            .map(|(n, a, _, _)| (n.clone(), a.clone()))
+            .collect();
+        assert_eq!(got, expected, "backends of {vip}: same names, own family");
     }
     let text = topo.lb_status_text().expect("lb status");
     println!("dual stack: lb status:\n{text}");
     for needle in [
-        format!("vService web4 {v4}:8000/tcp"),
-        format!("vService web6 [{v6}]:8000/tcp"),
+        format!("vService web {v4}:8000/tcp"),
+        format!("vService web [{v6}]:8000/tcp"),
+        format!("[{}]:8000", addr6_of(&topo, 0)),
     ] {
         assert!(
             text.contains(&needle),
             "lb status shows {needle:?}:\n{text}"
         );
     }
-    for (i, name) in names6.iter().enumerate() {
-        let line = text
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no line for {name} in:\n{text}"));
-        assert!(
-            line.contains(&format!("[{}]:8000", addr6_of(&topo, i))),
-            "{name}'s IPv6 address in normal text form: {line}"
-        );
-    }
     let servers = &json["health"]["servers"];
     for i in 0..topo.backends.len() {
-        assert_eq!(
-            servers[addr6_of(&topo, i).to_string()],
-            "OK",
-            "server state of the IPv6 address: {servers}"
-        );
-        assert_eq!(
-            servers[topo.backends[i].addr.to_string()],
-            "OK",
-            "{servers}"
-        );
+        for addr in [
+            IpAddr::V6(addr6_of(&topo, i)),
+            IpAddr::V4(topo.backends[i].addr),
+        ] {
+            assert_eq!(servers[addr.to_string()], "OK", "server {addr}: {servers}");
+        }
     }
+
+    // b3 stops answering over IPv6 only.
+    let b3 = &topo.backends[2];
+    let b3_v6 = format!("{}/64", addr6_of(&topo, 2));
+    b3.ns
+        .ip(&["-6", "addr", "del", &b3_v6, "dev", "eth0"])
+        .expect("drop b3's IPv6 address");
+    let after = watch(
+        &topo,
+        &mut daemon,
+        Duration::from_secs(30),
+        "b3 out of the IPv6 VIP only",
+        |s| {
+            let on = |vip| backends_of(vip_at(&s.json, "web", vip))[2].3;
+            !on(v6) && on(v4)
+        },
+    );
+    assert_eq!(
+        after.service_state("b3 (IPv6)"),
+        Some("Error"),
+        "{:#}",
+        after.json["health"]
+    );
+    assert_eq!(
+        after.service_state("b3"),
+        Some("OK"),
+        "{:#}",
+        after.json["health"]
+    );
+    let b3_on_v6 = &backends_of(vip_at(&after.json, "web", v6))[2];
+    assert_eq!(
+        b3_on_v6.2, "Error",
+        "lb status shows b3's IPv6 health on the IPv6 VIP"
+    );
+    let r4 = ask_counts(&topo, 60, at(v4, 8000));
+    let r6 = ask_counts(&topo, 60, at(v6, 8000));
+    println!("b3 without IPv6: web {v4}: {r4:?}; web {v6}: {r6:?}");
+    assert_eq!(r4.len(), 3, "the IPv4 VIP keeps b3: {r4:?}");
+    assert_eq!(
+        r6.values().sum::<usize>(),
+        60,
+        "every IPv6 request answered: {r6:?}"
+    );
+    assert!(
+        !r6.contains_key("b3"),
+        "the IPv6 VIP no longer sends to b3: {r6:?}"
+    );
     stop_daemon(daemon);
 }
 

@@ -352,16 +352,25 @@ impl Print {
                         s(&b["total"]),
                         used.join(", ")
                     );
+                    // A dual-stack service's IPv6 address, checked on its own.
+                    if b["address6"].is_string() {
+                        println!(
+                            "{:<20} {:<22} {:>6} {:<9}",
+                            crate::config::ipv6_health_key(&s(&b["name"])),
+                            host_port(&s(&b["address6"]), s(&b["port"])),
+                            "",
+                            s(&b["health6"]),
+                        );
+                    }
                 }
             }
             Print::VServices => {
                 for vs in items(v, "vservices") {
-                    println!(
-                        "{} {} {}",
-                        s(&vs["name"]),
-                        s(&vs["kind"]),
-                        host_port(&s(&vs["address"]), s(&vs["ports"]))
-                    );
+                    let mut vips = vec![host_port(&s(&vs["address"]), s(&vs["ports"]))];
+                    if vs["address6"].is_string() {
+                        vips.push(host_port(&s(&vs["address6"]), s(&vs["ports"])));
+                    }
+                    println!("{} {} {}", s(&vs["name"]), s(&vs["kind"]), vips.join(" "));
                     for l in items(vs, "lists") {
                         let members: Vec<String> = items(l, "members")
                             .map(|m| {

@@ -47,16 +47,23 @@ pub(crate) fn render(st: &ApiState) -> String {
     o.family(
         "lb_backend_health",
         "gauge",
-        "Health decision per Backend Service: 1 for its current state.",
+        "Health decision per Backend Service address: 1 for its current state.",
     );
     for s in &cfg.backend_services {
-        let h = snap.health(&s.name);
-        for state in ["OK", "Error", "Preparing"] {
-            o.sample(
-                "lb_backend_health",
-                &[("backend", &s.name), ("state", state)],
-                u8::from(h == state),
-            );
+        for (key, address) in s.health_targets() {
+            let h = snap.health(&key);
+            let address = address.to_string();
+            for state in ["OK", "Error", "Preparing"] {
+                o.sample(
+                    "lb_backend_health",
+                    &[
+                        ("backend", &s.name),
+                        ("address", &address),
+                        ("state", state),
+                    ],
+                    u8::from(h == state),
+                );
+            }
         }
     }
     o.family(
@@ -107,11 +114,18 @@ pub(crate) fn render(st: &ApiState) -> String {
     o.family(
         "lb_health_transitions_total",
         "counter",
-        "Health transitions recorded (the engine keeps the last 256).",
+        "Health transitions recorded (the engine keeps the last 64).",
     );
     for s in &cfg.backend_services {
-        let n = st.daemon.engine().transitions(&s.name).len();
-        o.sample("lb_health_transitions_total", &[("backend", &s.name)], n);
+        for (key, address) in s.health_targets() {
+            let n = st.daemon.engine().transitions(&key).len();
+            let address = address.to_string();
+            o.sample(
+                "lb_health_transitions_total",
+                &[("backend", &s.name), ("address", &address)],
+                n,
+            );
+        }
     }
     if let Some(net) = &snap.net {
         let per_backend: [(&str, &str, CounterOf); 3] = [
@@ -137,7 +151,11 @@ pub(crate) fn render(st: &ApiState) -> String {
                 for b in &vip.backends {
                     o.sample(
                         name,
-                        &[("vservice", &vip.name), ("backend", &b.name)],
+                        &[
+                            ("vservice", &vip.name),
+                            ("vip", &vip.address),
+                            ("backend", &b.name),
+                        ],
                         get(&b.counters),
                     );
                 }
@@ -146,12 +164,12 @@ pub(crate) fn render(st: &ApiState) -> String {
         o.family(
             "lb_xdp_drops_total",
             "counter",
-            "Packets dropped per Network vService.",
+            "Packets dropped per Network VIP.",
         );
         for vip in &net.vips {
             o.sample(
                 "lb_xdp_drops_total",
-                &[("vservice", &vip.name)],
+                &[("vservice", &vip.name), ("vip", &vip.address)],
                 vip.counters.drops,
             );
         }

@@ -121,13 +121,15 @@ pub(crate) async fn backend(
     backend_value(&snap, &name).map(Json)
 }
 
-/// `GET /api/v1/backends/{name}/transitions` (S-HC8, S-OB3).
+/// `GET /api/v1/backends/{name}/transitions` (S-HC8, S-OB3); `NAME (IPv6)` gives those of
+/// a dual-stack service's IPv6 address.
 pub(crate) async fn transitions(
     State(st): State<ApiState>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let cfg = st.daemon.config();
-    if !cfg.backend_services.iter().any(|s| s.name == name) {
+    let known = |s: &crate::config::BackendService| s.health_targets().any(|(key, _)| key == name);
+    if !cfg.backend_services.iter().any(known) {
         return Err(ApiError::not_found("Backend Service", &name));
     }
     let engine = st.daemon.engine();

@@ -71,16 +71,28 @@ impl Snapshot {
         let policy = Policy::for_vservice(vs);
         if vs.kind.is_network() {
             let model = Model::from_config(&self.cfg);
-            let health = |n: &str| {
-                let s = self
-                    .report
-                    .services
-                    .get(n)
-                    .map_or("OK", |s| s.network.as_str());
-                parse_health(s)
-            };
-            let sel = model.select_list(&vs.backends, &health, policy);
-            out.push(self.list_view("default", &vs.backends, Some(&sel), policy));
+            let names = ByName::new(&self.cfg);
+            // A dual-stack vService's IPv6 VIP follows its backends' IPv6 health: its own list.
+            for vip in vs.vips() {
+                let health = |n: &str| {
+                    let key = names.service(n).map_or(n.into(), |svc| {
+                        svc.health_key(svc.address_for(vip).unwrap_or(svc.address))
+                    });
+                    let s = self
+                        .report
+                        .services
+                        .get(key.as_ref())
+                        .map_or("OK", |s| s.network.as_str());
+                    parse_health(s)
+                };
+                let sel = model.select_list(&vs.backends, &health, policy);
+                let name = if vip == vs.address {
+                    "default"
+                } else {
+                    "default (IPv6)"
+                };
+                out.push(self.list_view(name, &vs.backends, Some(&sel), policy));
+            }
             return out;
         }
         let lists = self.l7.lists.get(&vs.name);
@@ -137,9 +149,17 @@ impl Snapshot {
     /// The counters shown for a vService: XDP ones for Network kinds, proxy ones for L7.
     pub(crate) fn counters(&self, vs: &VService) -> Option<serde_json::Value> {
         if vs.kind.is_network() {
-            let vip = self.net.as_ref()?.vips.iter().find(|v| v.name == vs.name)?;
-            let c = &vip.counters;
-            return Some(serde_json::json!({
+            // Summed over its VIPs (two for a dual-stack vService).
+            let mut c = lb_common::Counters::default();
+            let mut found = false;
+            for vip in self.net.as_ref()?.vips.iter().filter(|v| v.name == vs.name) {
+                found = true;
+                c.packets += vip.counters.packets;
+                c.bytes += vip.counters.bytes;
+                c.new_flows += vip.counters.new_flows;
+                c.drops += vip.counters.drops;
+            }
+            return found.then(|| serde_json::json!({
                 "packets": c.packets, "bytes": c.bytes, "new_flows": c.new_flows, "drops": c.drops,
             }));
         }
@@ -194,9 +214,15 @@ impl Snapshot {
         } else {
             None
         });
+        let address6 = svc.address6.map(|a| a.to_string());
+        let health6 = svc
+            .address6
+            .map(|a| self.health(&svc.health_key(a.into())).to_string());
         Some(BackendView {
             name: svc.name.clone(),
             address: svc.address.to_string(),
+            address6,
+            health6,
             port: svc.port,
             weight: svc.weight,
             health: self.health(name).to_string(),
@@ -226,6 +252,7 @@ impl Snapshot {
             name: vs.name.clone(),
             kind: kind_name(vs.kind).to_string(),
             address: vs.address.to_string(),
+            address6: vs.address6.map(|a| a.to_string()),
             ports: ports_text(vs.ports),
             lists: self.lists(vs),
             counters: self.counters(vs),
@@ -239,6 +266,9 @@ pub(crate) struct VServiceView {
     pub name: String,
     pub kind: String,
     pub address: String,
+    /// The IPv6 VIP of a dual-stack Network vService.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address6: Option<String>,
     pub ports: String,
     pub lists: Vec<ListView>,
     pub counters: Option<serde_json::Value>,
@@ -278,6 +308,11 @@ pub(crate) struct UsedIn {
 pub(crate) struct BackendView {
     pub name: String,
     pub address: String,
+    /// The IPv6 address of a dual-stack service, checked on its own (`health6`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address6: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health6: Option<String>,
     pub port: u16,
     pub weight: u32,
     pub health: String,

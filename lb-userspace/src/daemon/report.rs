@@ -45,7 +45,8 @@ pub struct ReportService {
 /// Everything the daemon reports about health.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HealthReport {
-    /// By Backend Service name.
+    /// By health key: the Backend Service's name, and `NAME (IPv6)` for the `address6` of a
+    /// dual-stack one.
     pub services: BTreeMap<String, ReportService>,
     /// Server state per address (S-SF): OK, Failed or Preparing.
     pub servers: BTreeMap<String, String>,
@@ -80,31 +81,31 @@ pub(crate) fn build_report(
     let mut report = HealthReport::default();
     let mut per_server: Vec<(IpAddr, Health)> = Vec::new();
     for svc in &cfg.backend_services {
-        let Some(h) = snap.services.get(&svc.name) else {
-            continue;
-        };
-        per_server.push((svc.address, h.state));
-        let transitions = engine
-            .transitions(&svc.name)
-            .into_iter()
-            .map(|t| ReportTransition {
-                at_unix_ms: t.at.unix_ms(),
-                from: t.from.to_string(),
-                to: t.to.to_string(),
-                reason: t.reason,
-                check_ms: t.check_duration.as_millis() as u64,
-            })
-            .collect();
-        report.services.insert(
-            svc.name.clone(),
-            ReportService {
+        for (key, address) in svc.health_targets() {
+            let Some(h) = snap.services.get(key.as_ref()) else {
+                continue;
+            };
+            per_server.push((address, h.state));
+            let transitions = engine
+                .transitions(&key)
+                .into_iter()
+                .map(|t| ReportTransition {
+                    at_unix_ms: t.at.unix_ms(),
+                    from: t.from.to_string(),
+                    to: t.to.to_string(),
+                    reason: t.reason,
+                    check_ms: t.check_duration.as_millis() as u64,
+                })
+                .collect();
+            let service = ReportService {
                 state: h.state.to_string(),
                 checked: h.checked,
-                network: net.get(&svc.name).to_string(),
-                l7: l7.get(&svc.name).to_string(),
+                network: net.get(&key).to_string(),
+                l7: l7.get(&key).to_string(),
                 transitions,
-            },
-        );
+            };
+            report.services.insert(key.into_owned(), service);
+        }
     }
     for (addr, state) in server_state(&per_server) {
         let s = match state {

@@ -1,6 +1,7 @@
 //! The health engine: one check task per Backend Service with a profile, a lock-free snapshot
 //! of every service's state for the data path, change notifications and per-service logs.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -11,7 +12,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{BackendService, HealthCheck};
+use crate::config::{BackendService, HealthCheck, ipv6_health_key};
 
 use super::clock::Clock;
 use super::history::{CheckRecord, ServiceLog, Transition};
@@ -189,6 +190,8 @@ impl HealthEngine {
     /// profile are unchanged keep their state and schedule; a changed or newly assigned
     /// profile starts again from Preparing (S-HC5); removed services disappear.
     pub fn update(&self, services: &[BackendService], checks: &[HealthCheck]) {
+        let targets = targets(services);
+        let services = targets.as_slice();
         let shared = &self.shared;
         let mut registry = lock(&shared.registry);
         let mut changed = false;
@@ -343,6 +346,30 @@ impl Shared {
         }));
         self.generation.send_replace(registry.generation);
     }
+}
+
+/// Every address of every service as a service of its own: the `address6` of a dual-stack
+/// service is checked apart, under its health key, since a server may answer over one
+/// family and not the other. Single-address services are borrowed, not copied.
+fn targets(services: &[BackendService]) -> Vec<Cow<'_, BackendService>> {
+    let mut out = Vec::with_capacity(services.len());
+    for service in services {
+        let Some(v6) = service.address6 else {
+            out.push(Cow::Borrowed(service));
+            continue;
+        };
+        out.push(Cow::Owned(BackendService {
+            address6: None,
+            ..service.clone()
+        }));
+        out.push(Cow::Owned(BackendService {
+            name: ipv6_health_key(&service.name),
+            address: IpAddr::V6(v6),
+            address6: None,
+            ..service.clone()
+        }));
+    }
+    out
 }
 
 fn spec_of(service: &BackendService, profiles: &HashMap<&str, Arc<HealthCheck>>) -> Spec {

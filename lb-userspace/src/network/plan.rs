@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 
-use crate::config::{ByName, Config, Forwarding, PortSpec, VServiceKind};
+use crate::config::{ByName, Config, Forwarding, PortSpec, VService, VServiceKind};
 use crate::selection::{Health, Model};
 
 /// One Network vService as the data path sees it.
@@ -42,8 +42,9 @@ pub struct BackendPlan {
     pub active: bool,
 }
 
-/// Builds the plan of every Network vService from the selection model, with `health`
-/// giving each Backend Service's state as Network traffic sees it. Eligible members are
+/// Builds the plan of every Network VIP (one per vService, two for a dual-stack one) from
+/// the selection model, with `health` giving each health key's state (see
+/// [`crate::config::BackendService::health_key`]) as Network traffic sees it. Eligible members are
 /// active with their weight; drained ones (weight 0, or kept out by Backup/Maintenance
 /// when `apply_admin_state` is on) stay active with weight 0, so their flows continue;
 /// Preparing and Error members are inactive, so their flows re-hash.
@@ -60,61 +61,83 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
             (VServiceKind::UdpL4, PortSpec::Range(a, b)) => (17, (a, b)),
             (VServiceKind::Http | VServiceKind::L7Tcp, _) => continue,
         };
-        let selection = model.select(&vs.name, health)?;
-        // By name, so a list of thousands of backends is planned in linear time.
-        let eligible: HashMap<&str, u32> = selection
-            .eligible
-            .iter()
-            .map(|e| (e.name.as_str(), e.weight))
-            .collect();
-        let drained: HashSet<&str> = selection.drained.iter().map(String::as_str).collect();
-        let mut vip = VipPlan {
-            name: vs.name.clone(),
-            address: vs.address,
-            proto,
-            ports,
-            dsr: vs.forwarding == Forwarding::Dsr,
-            table_size: vs.maglev_size,
-            backends: Vec::new(),
-        };
-        let mut seen = HashSet::new();
-        for member in &vs.backends {
-            let names: Vec<&str> = match by_name.group(member) {
-                Some(group) => group.members.iter().map(String::as_str).collect(),
-                None => vec![member.as_str()],
-            };
-            for name in names {
-                if !seen.insert(name) {
-                    continue;
-                }
-                let Some(svc) = model.service(name) else {
-                    bail!("vservice {}: unknown backend service {name}", vs.name);
-                };
-                let (active, weight) = match eligible.get(name) {
-                    Some(&weight) => (true, weight),
-                    None => (drained.contains(name), 0),
-                };
-                // The configuration refuses this; a plan must never mix families either.
-                if svc.address.is_ipv4() != vs.address.is_ipv4() {
-                    bail!(
-                        "vservice {}: backend service {name} is {} but the VIP is {} (no NAT46)",
-                        vs.name,
-                        family_name(svc.address),
-                        family_name(vs.address)
-                    );
-                }
-                vip.backends.push(BackendPlan {
-                    name: svc.name.clone(),
-                    address: svc.address,
-                    port: svc.port,
-                    weight,
-                    active,
-                });
-            }
+        for address in vs.vips() {
+            out.push(plan_vip(
+                &model, &by_name, vs, address, proto, ports, health,
+            )?);
         }
-        out.push(vip);
     }
     Ok(out)
+}
+
+/// The plan of one VIP of `vs` (a dual-stack vService has two). Each backend takes part
+/// with its address of the VIP's family and that address's health.
+fn plan_vip(
+    model: &Model,
+    by_name: &ByName<'_>,
+    vs: &VService,
+    address: IpAddr,
+    proto: u8,
+    ports: (u16, u16),
+    health: &dyn Fn(&str) -> Health,
+) -> Result<VipPlan> {
+    let family_health = |name: &str| match by_name.service(name) {
+        Some(svc) => health(&svc.health_key(svc.address_for(address).unwrap_or(svc.address))),
+        None => health(name),
+    };
+    let selection = model.select(&vs.name, &family_health)?;
+    // By name, so a list of thousands of backends is planned in linear time.
+    let eligible: HashMap<&str, u32> = selection
+        .eligible
+        .iter()
+        .map(|e| (e.name.as_str(), e.weight))
+        .collect();
+    let drained: HashSet<&str> = selection.drained.iter().map(String::as_str).collect();
+    let mut vip = VipPlan {
+        name: vs.name.clone(),
+        address,
+        proto,
+        ports,
+        dsr: vs.forwarding == Forwarding::Dsr,
+        table_size: vs.maglev_size,
+        backends: Vec::new(),
+    };
+    let mut seen = HashSet::new();
+    for member in &vs.backends {
+        let names: Vec<&str> = match by_name.group(member) {
+            Some(group) => group.members.iter().map(String::as_str).collect(),
+            None => vec![member.as_str()],
+        };
+        for name in names {
+            if !seen.insert(name) {
+                continue;
+            }
+            let Some(svc) = model.service(name) else {
+                bail!("vservice {}: unknown backend service {name}", vs.name);
+            };
+            let (active, weight) = match eligible.get(name) {
+                Some(&weight) => (true, weight),
+                None => (drained.contains(name), 0),
+            };
+            // The configuration refuses this; a plan must never mix families either.
+            let Some(backend_address) = svc.address_for(address) else {
+                bail!(
+                    "vservice {}: backend service {name} has no {} address for the VIP {address} \
+                     (no NAT46)",
+                    vs.name,
+                    family_name(address)
+                );
+            };
+            vip.backends.push(BackendPlan {
+                name: svc.name.clone(),
+                address: backend_address,
+                port: svc.port,
+                weight,
+                active,
+            });
+        }
+    }
+    Ok(vip)
 }
 
 fn family_name(a: IpAddr) -> &'static str {
@@ -152,6 +175,74 @@ mod tests {
         }
         ports.sort();
         ports
+    }
+
+    /// A dual-stack vService is two VIPs over the same backends by name; each VIP uses the
+    /// backends' address of its family and that address's own health.
+    #[test]
+    fn dual_stack_vservice_plans_one_vip_per_family() {
+        let text = r#"
+[[health_check]]
+name = "tcp"
+type = "tcp"
+
+[[backend_service]]
+name = "web1"
+address = "10.0.1.1"
+address6 = "2001:db8:1::1"
+port = 80
+health_check = "tcp"
+
+[[backend_service]]
+name = "web2"
+address = "10.0.1.2"
+address6 = "2001:db8:1::2"
+port = 80
+health_check = "tcp"
+
+[[vservice]]
+name = "web"
+kind = "tcp-l4"
+address = "192.0.2.1"
+address6 = "2001:db8::1"
+port = 80
+backends = ["web1", "web2"]
+"#;
+        let cfg = crate::config::parse(text, "lb.toml").expect("valid");
+        // web2 answers over IPv4 only.
+        let health = |key: &str| {
+            if key == "web2 (IPv6)" {
+                Health::Error
+            } else {
+                Health::Ok
+            }
+        };
+        let vips = plan(&cfg, &health).expect("plan");
+        assert_eq!(vips.len(), 2);
+        let [v4, v6] = [&vips[0], &vips[1]];
+        assert_eq!((v4.name.as_str(), v6.name.as_str()), ("web", "web"));
+        assert_eq!(v4.address.to_string(), "192.0.2.1");
+        assert_eq!(v6.address.to_string(), "2001:db8::1");
+        let show = |v: &VipPlan| -> Vec<(String, bool)> {
+            v.backends
+                .iter()
+                .map(|b| (format!("{} {}", b.name, b.address), b.active))
+                .collect()
+        };
+        assert_eq!(
+            show(v4),
+            [
+                ("web1 10.0.1.1".to_string(), true),
+                ("web2 10.0.1.2".to_string(), true)
+            ]
+        );
+        assert_eq!(
+            show(v6),
+            [
+                ("web1 2001:db8:1::1".to_string(), true),
+                ("web2 2001:db8:1::2".to_string(), false)
+            ]
+        );
     }
 
     #[test]

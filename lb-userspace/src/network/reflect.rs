@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::loader::DataPath;
 use super::plan::plan;
 use super::writer::apply_plan;
-use crate::config::Config;
+use crate::config::{Config, ipv6_health_key};
 use crate::health::{Cadence, HealthEngine, View, reflect};
 use crate::selection::Health;
 
@@ -57,6 +57,11 @@ fn initial_view(dp: &DataPath) -> View {
     for vip in &dp.state.vips {
         for b in &vip.backends {
             let h = if b.active { Health::Ok } else { Health::Error };
+            // An IPv6 VIP's backend is a dual-stack service's IPv6 address (its own key) or
+            // an IPv6-only service (its name); which one is not recorded, so both are set.
+            if vip.address.is_ipv6() {
+                states.entry(ipv6_health_key(&b.name)).or_insert(h);
+            }
             states.entry(b.name.clone()).or_insert(h);
         }
     }

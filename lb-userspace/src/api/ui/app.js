@@ -254,6 +254,7 @@
         el("span", { class: "name", text: name }),
         el("span", { class: "kind", text: vs.kind || "?" }),
         el("span", { class: "addr", text: hostPort(vs.address, fmtPorts(vs.ports)) }),
+        vs.address6 ? el("span", { class: "addr", text: hostPort(vs.address6, fmtPorts(vs.ports)) }) : null,
       ),
       el("div", { class: "counters" }, ...counterItems(vs.counters)),
       el(
@@ -322,7 +323,10 @@
   function updateBackendRow(row, b) {
     const c = row._cells;
     const name = b.name;
-    setText(c.address, hostPort(b.address, b.port));
+    setText(
+      c.address,
+      b.address6 ? `${hostPort(b.address, b.port)} ${hostPort(b.address6, b.port)}` : hostPort(b.address, b.port),
+    );
     setText(c.weight, fmtNum(b.weight));
     setChildren(c.health, [
       el("span", {
@@ -332,6 +336,15 @@
         text: b.health || "?",
       }),
       b.checked === false ? el("span", { class: "role", text: " (not checked)" }) : null,
+      // A dual-stack service's IPv6 address is checked on its own.
+      b.health6
+        ? el("span", {
+            class: `badge ${healthClass(b.health6)}`,
+            "data-testid": `health6-${name}`,
+            title: "IPv6 address",
+            text: `IPv6 ${b.health6}`,
+          })
+        : null,
     ]);
     setChildren(c.markers, [
       b.maintenance ? el("span", { class: "maint", "data-testid": `maint-${name}`, text: "Maintenance" }) : null,
