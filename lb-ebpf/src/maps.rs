@@ -11,8 +11,9 @@ use lb_common::{
     MAX_VIPS, NatReverse, NextHop, RangeData, VipKey, VipMeta,
 };
 
-/// `BPF_F_INNER_MAP` as the map-flags const parameter: inner tables may have any size.
-const INNER_MAP: usize = lb_common::BPF_F_INNER_MAP as usize;
+/// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
+/// size and are memory-mapped by userspace.
+const MAGLEV_TABLE: usize = lb_common::MAGLEV_TABLE_FLAGS as usize;
 /// `BPF_F_NO_COMMON_LRU`: per-CPU LRU lists, so inserts on one CPU never wait for another.
 /// Entries stay visible to every CPU (a reply handled on another CPU finds its flow).
 const PER_CPU_LRU: usize = 2;
@@ -39,7 +40,7 @@ pub static BACKENDS: Array<BackendSlot, { MAX_BACKEND_SLOTS as usize }> = Array:
 /// Per-VIP Maglev tables, swapped whole by userspace.
 #[btf_map]
 pub static MAGLEV: ArrayOfMaps<
-    Array<u32, { DEFAULT_MAGLEV_SIZE as usize }, INNER_MAP>,
+    Array<u32, { DEFAULT_MAGLEV_SIZE as usize }, MAGLEV_TABLE>,
     { MAX_VIPS as usize },
 > = ArrayOfMaps::new();
 

@@ -1,7 +1,9 @@
-//! Whole Maglev tables in one system call: a new inner array is filled with
-//! BPF_MAP_UPDATE_BATCH (Linux 5.6+) instead of one update per entry, which made the first
-//! write of 1,000 VIPs take seconds. The table is filled before it is swapped in, so a
-//! packet still never sees a half-written table.
+//! Whole Maglev tables without a system call per entry: a new inner array is memory-mapped
+//! (BPF_F_MMAPABLE, Linux 5.5+) and filled with one copy; one entry per update made the
+//! first write of 1,000 VIPs take seconds, and BPF_MAP_UPDATE_BATCH still copied and
+//! checked each entry in the kernel. The table is filled before it is swapped in, so a
+//! packet still never sees a half-written table. Backend slots and counter resets go in
+//! one BPF_MAP_UPDATE_BATCH each (Linux 5.6+).
 //!
 //! The swaps themselves are batched too: every update of an array of maps waits for an RCU
 //! grace period (so that no running program still reads the old table when the call
@@ -15,7 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use anyhow::{Context, Result, bail};
 use aya::maps::{Array, ArrayOfMaps, Map, MapData, PerCpuArray};
 use aya_obj::generated::{bpf_cmd, bpf_map_type};
-use lb_common::{BPF_F_INNER_MAP, BackendSlot, Counters};
+use lb_common::{BackendSlot, Counters, MAGLEV_TABLE_FLAGS};
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]
@@ -92,9 +94,13 @@ pub(crate) fn swap_tables(
         Ok(n) => bail!("BPF_MAP_UPDATE_BATCH swapped {n} of {count} Maglev tables"),
         Err(e) if unsupported(&e) => {
             for (id, table) in tables {
-                maglev
-                    .set(*id, &table.array, 0)
-                    .with_context(|| format!("swapping in the Maglev table of VIP id {id}"))?;
+                maglev.set(*id, &table.array, 0).with_context(|| {
+                    format!(
+                        "swapping in the Maglev table of VIP id {id} (a data path pinned by \
+                         another version of lb may want other table flags: `lb unload` it, \
+                         then load again)"
+                    )
+                })?;
             }
             Ok(())
         }
@@ -110,7 +116,12 @@ pub(crate) struct Table {
     fd: RawFd,
 }
 
-/// A new inner Maglev array holding `table` (entry i = backend slot of index i).
+/// Where entry i of a `u32` array sits in its memory mapping: the kernel rounds array
+/// elements up to 8 bytes.
+const MAPPED_STRIDE: usize = 8;
+
+/// A new inner Maglev array holding `table` (entry i = backend slot of index i), written
+/// through its memory mapping (one copy, no system call per entry).
 pub(crate) fn maglev_table(table: &[u32]) -> Result<Table> {
     let size = u32::try_from(table.len()).context("Maglev table size")?;
     let obj = aya_obj::Map::new_from_params(
@@ -118,26 +129,45 @@ pub(crate) fn maglev_table(table: &[u32]) -> Result<Table> {
         4,
         4,
         size,
-        BPF_F_INNER_MAP,
+        MAGLEV_TABLE_FLAGS,
     );
     let data = MapData::create(obj, "maglev_table", None).context("creating the table")?;
-    let keys: Vec<u32> = (0..size).collect();
     let fd = data.fd().as_fd().as_raw_fd();
-    let written = update_batch(fd as u32, keys.as_ptr(), table.as_ptr().cast(), size);
-    let mut array: Array<MapData, u32> =
+    write_mapped(fd, table).context("writing the new table through its mapping")?;
+    let array: Array<MapData, u32> =
         Array::try_from(Map::Array(data)).context("the new table as an array")?;
-    match written {
-        Ok(n) if n == size => {}
-        Ok(n) => bail!("BPF_MAP_UPDATE_BATCH wrote {n} of {size} entries"),
-        // A kernel without batch operations: fill it one entry at a time.
-        Err(e) if unsupported(&e) => {
-            for (i, slot) in table.iter().enumerate() {
-                array.set(i as u32, *slot, 0)?;
-            }
-        }
-        Err(e) => bail!("BPF_MAP_UPDATE_BATCH on a new Maglev table: {e}"),
-    }
     Ok(Table { array, fd })
+}
+
+/// Copies `table` into the memory of the BPF_F_MMAPABLE array `fd` (at least as long).
+fn write_mapped(fd: RawFd, table: &[u32]) -> std::io::Result<()> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let len = (table.len() * MAPPED_STRIDE).div_ceil(page) * page;
+    // SAFETY: a shared read-write mapping of a BPF array's values; the kernel checks that
+    // `len` does not exceed them. Nothing else aliases the new mapping.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let base = base.cast::<u8>();
+    for (i, slot) in table.iter().enumerate() {
+        // SAFETY: i * 8 + 4 <= table.len() * 8 <= len, and the page-aligned base plus a
+        // multiple of 8 is aligned for u32.
+        unsafe { base.add(i * MAPPED_STRIDE).cast::<u32>().write(*slot) };
+    }
+    // SAFETY: unmaps exactly the mapping made above; the writes stay in the map.
+    unsafe { libc::munmap(base.cast(), len) };
+    Ok(())
 }
 
 /// Writes backend slots into BACKENDS (`fd`) in one batch, falling back to one update each.

@@ -58,6 +58,8 @@ pub struct DataPath {
     pub(crate) state: State,
     pin_dir: Option<PathBuf>,
     adopted: bool,
+    /// True once this process has written the maps: the state then matches them exactly.
+    pub(crate) written: bool,
 }
 
 /// Where the compiled XDP object is: `LB_XDP_OBJECT`, else next to the running binary
@@ -209,6 +211,7 @@ impl DataPath {
             state: State::default(),
             pin_dir: opts.pin_dir.clone(),
             adopted: false,
+            written: false,
         })
     }
 
@@ -228,6 +231,7 @@ impl DataPath {
             state: State::read(dir)?,
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
+            written: false,
         })
     }
 

@@ -1,11 +1,12 @@
 //! What the XDP maps should hold, derived from the configuration and backend health.
 
-use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 
-use crate::config::{ByName, Config, Forwarding, PortSpec, VService, VServiceKind};
+use crate::config::{
+    ByName, Config, FastMap, FastSet, Forwarding, PortSpec, VService, VServiceKind,
+};
 use crate::selection::{Health, Model};
 
 /// One Network vService as the data path sees it.
@@ -87,12 +88,12 @@ fn plan_vip(
     };
     let selection = model.select(&vs.name, &family_health)?;
     // By name, so a list of thousands of backends is planned in linear time.
-    let eligible: HashMap<&str, u32> = selection
+    let eligible: FastMap<&str, u32> = selection
         .eligible
         .iter()
         .map(|e| (e.name.as_str(), e.weight))
         .collect();
-    let drained: HashSet<&str> = selection.drained.iter().map(String::as_str).collect();
+    let drained: FastSet<&str> = selection.drained.iter().map(String::as_str).collect();
     let mut vip = VipPlan {
         name: vs.name.clone(),
         address,
@@ -102,7 +103,7 @@ fn plan_vip(
         table_size: vs.maglev_size,
         backends: Vec::new(),
     };
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for member in &vs.backends {
         let names: Vec<&str> = match by_name.group(member) {
             Some(group) => group.members.iter().map(String::as_str).collect(),

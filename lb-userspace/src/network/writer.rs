@@ -23,7 +23,7 @@ use super::maglev::{self, MaglevBackend};
 use super::maps::Maps;
 use super::plan::{VipPlan, plan, range_prefixes};
 use super::state::{SlotState, State, VipState};
-use crate::config::Config;
+use crate::config::{Config, FastMap};
 use crate::selection::Health;
 
 /// An address in the maps' 16-byte form (network byte order; IPv4 in word 0) and its
@@ -63,26 +63,31 @@ pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<
 
 /// Writes `vips` into the maps, replacing whatever was written before.
 pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
-    let old = dp.state.clone();
+    let old = &dp.state;
     let mut new = State {
         vips: Vec::new(),
         next_slot: old.next_slot,
     };
-    let ids = assign_vip_ids(&old, vips)?;
-    let mut used_slots: HashSet<u32> = HashSet::new();
-    // Slots that keep their owner: same VIP id, address and port.
-    let mut keep: HashMap<(u32, IpAddr, u16), u32> = HashMap::new();
-    for v in &old.vips {
-        for b in &v.backends {
-            keep.insert((v.vip_id, b.address, b.port), b.slot);
-        }
-    }
+    let ids = assign_vip_ids(old, vips)?;
+    // What this process wrote itself is known to be in the maps; the state of another
+    // process (adopted) may lag behind them if it died mid-write, so its slots are
+    // written again once.
+    let trust_old = dp.written;
+    let mut used_slots = SlotSet::new();
+    // Slots that keep their owner (same VIP id, address and port), with their active flag
+    // as written: a slot whose flag is unchanged is not written again.
+    let mut keep: FastMap<(u32, IpAddr, u16), (u32, bool)> = FastMap::default();
     // Slots that existing backends may keep: a new backend takes one of these only when
     // nothing else is free. Built once, not per allocation.
-    let kept: HashSet<u32> = keep.values().copied().collect();
-    // New tables, filled but not yet in MAGLEV: swapped in together after the loop, once
-    // the slots they name are written (also in one batch each).
-    let mut tables = Vec::new();
+    let mut kept = SlotSet::new();
+    for v in &old.vips {
+        for b in &v.backends {
+            keep.insert((v.vip_id, b.address, b.port), (b.slot, b.active));
+            kept.insert(b.slot);
+        }
+    }
+    let mut keys = KeyCache::default();
+    let mut previous_states = Vec::with_capacity(vips.len());
     let mut slot_writes = Vec::new();
     let mut resets = Vec::new();
     // The previous state of each VIP id, so 1,000 VIPs are not 1,000 x 1,000 scans.
@@ -95,37 +100,40 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         }
         let mut slots = Vec::new();
         for b in &vip.backends {
-            let slot = match keep.get(&(vip_id, b.address, b.port)) {
-                Some(&s) if !used_slots.contains(&s) => s,
+            let (slot, unchanged) = match keep.get(&(vip_id, b.address, b.port)) {
+                Some(&(s, active)) if !used_slots.contains(s) => {
+                    (s, trust_old && active == b.active)
+                }
                 _ => {
                     let s = allocate_slot(&mut new.next_slot, &used_slots, &kept)?;
                     resets.push(s);
-                    s
+                    (s, false)
                 }
             };
             used_slots.insert(slot);
-            let (addr, family) = addr_words(b.address);
-            let entry = BackendSlot {
-                addr,
-                port: b.port.to_be(),
-                flags: if b.active { SLOT_F_ACTIVE } else { 0 },
-                family,
-                vip_id,
-            };
-            slot_writes.push((slot, entry));
-            slots.push(SlotState {
+            if !unchanged {
+                let (addr, family) = addr_words(b.address);
+                let entry = BackendSlot {
+                    addr,
+                    port: b.port.to_be(),
+                    flags: if b.active { SLOT_F_ACTIVE } else { 0 },
+                    family,
+                    vip_id,
+                };
+                slot_writes.push((slot, entry));
+            }
+            let state = SlotState {
                 name: b.name.clone(),
                 slot,
                 address: b.address,
                 port: b.port,
                 weight: b.weight,
                 active: b.active,
-            });
+            };
+            keys.add(&state);
+            slots.push(state);
         }
-        let (table_size, table_hash, table) = write_table(vip, &slots, previous)?;
-        if let Some(table) = table {
-            tables.push((vip_id, table));
-        }
+        previous_states.push(previous);
         new.vips.push(VipState {
             name: vip.name.clone(),
             vip_id,
@@ -133,10 +141,24 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             proto: vip.proto,
             ports: vip.ports,
             dsr: vip.dsr,
-            table_size,
-            table_hash,
+            table_size: 0,
+            table_hash: 0,
             backends: slots,
         });
+    }
+    // New tables, filled but not yet in MAGLEV: swapped in together, once the slots they
+    // name are written (also in one batch each).
+    let mut tables = Vec::new();
+    let built = build_tables(vips, &new.vips, &previous_states, &keys)?;
+    for (state, (table_size, table_hash, table)) in new.vips.iter_mut().zip(built) {
+        state.table_size = table_size;
+        state.table_hash = table_hash;
+        if let Some(table) = table {
+            // From one thread: map creation and mmap serialize on kernel locks anyway.
+            let inner = batch::maglev_table(&table)
+                .with_context(|| format!("writing the Maglev table of {}", state.name))?;
+            tables.push((state.vip_id, inner));
+        }
     }
     let maps = &mut dp.maps;
     batch::reset_counters(
@@ -149,13 +171,14 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         .context("swapping in the new Maglev tables")?;
     drop(tables);
     write_vip_entries(&mut dp.maps, &new)?;
-    remove_stale(&mut dp.maps, &old, &new, &used_slots)?;
-    write_addrs(&mut dp.maps, &old, &new)?;
+    remove_stale(&mut dp.maps, old, &new, &used_slots)?;
+    write_addrs(&mut dp.maps, old, &new)?;
     dp.maps.flush_nexthops();
     if let Some(dir) = dp.pin_dir() {
         new.write(dir)?;
     }
     dp.state = new;
+    dp.written = true;
     Ok(())
 }
 
@@ -195,13 +218,32 @@ fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
         .collect()
 }
 
+/// A set of backend slots as one flag per slot: 100,000 lookups per apply cost nothing.
+struct SlotSet(Vec<bool>);
+
+impl SlotSet {
+    fn new() -> SlotSet {
+        SlotSet(vec![false; MAX_BACKEND_SLOTS as usize])
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        self.0.get(slot as usize).copied().unwrap_or(false)
+    }
+
+    fn insert(&mut self, slot: u32) {
+        if let Some(flag) = self.0.get_mut(slot as usize) {
+            *flag = true;
+        }
+    }
+}
+
 /// Round-robin over the slot space, so a freed slot is reused as late as possible.
-fn allocate_slot(next: &mut u32, used: &HashSet<u32>, kept: &HashSet<u32>) -> Result<u32> {
+fn allocate_slot(next: &mut u32, used: &SlotSet, kept: &SlotSet) -> Result<u32> {
     for pass in 0..2 {
         for _ in 0..MAX_BACKEND_SLOTS {
             let s = *next % MAX_BACKEND_SLOTS;
             *next = (s + 1) % MAX_BACKEND_SLOTS;
-            if !used.contains(&s) && (pass == 1 || !kept.contains(&s)) {
+            if !used.contains(s) && (pass == 1 || !kept.contains(s)) {
                 return Ok(s);
             }
         }
@@ -209,24 +251,22 @@ fn allocate_slot(next: &mut u32, used: &HashSet<u32>, kept: &HashSet<u32>) -> Re
     bail!("more than {MAX_BACKEND_SLOTS} backends across all Network vServices")
 }
 
-/// Builds and swaps in the VIP's Maglev table when its input changed.
-/// Builds the VIP's new Maglev table when its input changed: (table size, fingerprint of
-/// the input, the filled table to swap in, if any).
-fn write_table(
+/// What building one VIP's table gave: (table size, fingerprint of the input, the table to
+/// swap in when the input changed).
+type Built = (u32, u64, Option<Vec<u32>>);
+
+/// Builds the VIP's new Maglev table when its input changed.
+fn build_table(
     vip: &VipPlan,
     slots: &[SlotState],
     previous: Option<&VipState>,
-) -> Result<(u32, u64, Option<batch::Table>)> {
-    let keys: Vec<String> = slots
-        .iter()
-        .map(|s| format!("{}:{}", s.address, s.port))
-        .collect();
+    keys: &KeyCache,
+) -> Built {
     let members: Vec<MaglevBackend<'_>> = slots
         .iter()
-        .zip(&keys)
-        .filter(|(s, _)| s.active)
-        .map(|(s, k)| MaglevBackend {
-            key: k,
+        .filter(|s| s.active)
+        .map(|s| MaglevBackend {
+            key: keys.key(s),
             weight: s.weight,
             value: s.slot,
         })
@@ -238,15 +278,80 @@ fn write_table(
     }
     let fingerprint = h.finish();
     if let Some(p) = previous.filter(|p| p.table_hash == fingerprint && p.name == vip.name) {
-        return Ok((p.table_size, fingerprint, None));
+        return (p.table_size, fingerprint, None);
     }
-    let Some(table) = maglev::build(&members, vip.table_size) else {
+    match maglev::build(&members, vip.table_size) {
+        Some(table) => (vip.table_size, fingerprint, Some(table)),
         // No backend may take new flows: the VIP drops packets that have no flow.
-        return Ok((0, fingerprint, None));
-    };
-    let inner = batch::maglev_table(&table)
-        .with_context(|| format!("writing the Maglev table of {}", vip.name))?;
-    Ok((vip.table_size, fingerprint, Some(inner)))
+        None => (0, fingerprint, None),
+    }
+}
+
+/// The Maglev keys of the backends ("address:port", the identity every balancer hashes
+/// alike), each formatted once per apply however many VIPs share the backend, into one
+/// buffer instead of a string per backend per VIP.
+#[derive(Default)]
+struct KeyCache {
+    text: String,
+    spans: FastMap<(IpAddr, u16), (usize, usize)>,
+}
+
+impl KeyCache {
+    /// Formats the key of `slot` unless it is known already.
+    fn add(&mut self, slot: &SlotState) {
+        let text = &mut self.text;
+        self.spans
+            .entry((slot.address, slot.port))
+            .or_insert_with(|| {
+                use std::fmt::Write as _;
+                let start = text.len();
+                // Writing into a String cannot fail.
+                let _ = write!(text, "{}:{}", slot.address, slot.port);
+                (start, text.len())
+            });
+    }
+
+    /// The key of `slot`, added before (empty if it was not, which `add` rules out).
+    fn key(&self, slot: &SlotState) -> &str {
+        self.spans
+            .get(&(slot.address, slot.port))
+            .map_or("", |&(start, end)| &self.text[start..end])
+    }
+}
+
+/// Builds the new table of every VIP whose input changed, spread over the CPUs: each table
+/// depends on its own VIP's slots only, and building them is most of the work of an apply
+/// with large tables (100 VIPs x 1,000 backends x 65,537 entries: 0.36-0.43 s on one
+/// thread, 0.26-0.27 s on two). Results are in `vips` order.
+fn build_tables(
+    vips: &[VipPlan],
+    states: &[VipState],
+    previous: &[Option<&VipState>],
+    keys: &KeyCache,
+) -> Result<Vec<Built>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = vips.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..vips.len())
+            .step_by(chunk)
+            .map(|start| {
+                let end = (start + chunk).min(vips.len());
+                scope.spawn(move || {
+                    (start..end)
+                        .map(|i| build_table(&vips[i], &states[i].backends, previous[i], keys))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(vips.len());
+        for worker in workers {
+            let built = worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("building Maglev tables panicked"))?;
+            out.extend(built);
+        }
+        Ok(out)
+    })
 }
 
 fn meta(v: &VipState) -> VipMeta {
@@ -312,7 +417,7 @@ fn write_vip_entries(maps: &mut Maps, new: &State) -> Result<()> {
     Ok(())
 }
 
-fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) -> Result<()> {
+fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &SlotSet) -> Result<()> {
     let live_exact: HashSet<VipKey> = new.vips.iter().filter_map(exact_key).collect();
     let live_ranges: HashSet<(u32, RangeData)> = new
         .vips
@@ -331,7 +436,7 @@ fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &HashSet<u32>) 
         }
         // Slots no longer used: inactive, so their flows re-hash.
         for b in &v.backends {
-            if !used.contains(&b.slot) {
+            if !used.contains(b.slot) {
                 maps.backends.set(b.slot, BackendSlot::default(), 0)?;
             }
         }

@@ -8,12 +8,10 @@
 //!   first position.
 //! * Names the model does not know are skipped (validated configurations have none).
 
-use std::collections::{HashMap, HashSet};
-
 use thiserror::Error;
 
 use super::types::{ApplyAdmin, ApplyHealth, Eligible, Health, ListSelection, Policy, Tier};
-use crate::config::{BackendGroup, BackendService, Config};
+use crate::config::{BackendGroup, BackendService, Config, FastMap, FastSet};
 
 /// Errors of the selection model.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -26,9 +24,9 @@ pub enum SelectionError {
 /// The configuration facts selection needs, indexed for lookups. Rebuild it on reload.
 #[derive(Clone, Debug, Default)]
 pub struct Model {
-    services: HashMap<String, BackendService>,
-    groups: HashMap<String, BackendGroup>,
-    vservices: HashMap<String, (Vec<String>, Policy)>,
+    services: FastMap<String, BackendService>,
+    groups: FastMap<String, BackendGroup>,
+    vservices: FastMap<String, (Vec<String>, Policy)>,
 }
 
 /// One Backend Service as it stands in one list, after group expansion.
@@ -93,57 +91,62 @@ impl Model {
         policy: Policy,
     ) -> ListSelection {
         let members = self.expand(list, policy.admin);
-        let state = |m: &Member<'_>| {
-            if policy.health == ApplyHealth::No || m.service.health_check.is_none() {
-                Health::Ok
-            } else {
-                health(&m.service.name)
-            }
-        };
-        // Available for new traffic: healthy, not in maintenance, weight > 0 (S-BK11).
-        let available =
-            |m: &Member<'_>| state(m) == Health::Ok && !m.maintenance && m.service.weight > 0;
-
-        let mains: Vec<&Member<'_>> = members
+        // Asked once per member: a Network plan asks for every backend of every VIP.
+        let states: Vec<Health> = members
             .iter()
-            .filter(|m| !m.backup && available(m))
+            .map(|m| {
+                if policy.health == ApplyHealth::No || m.service.health_check.is_none() {
+                    Health::Ok
+                } else {
+                    health(&m.service.name)
+                }
+            })
+            .collect();
+        // Available for new traffic: healthy, not in maintenance, weight > 0 (S-BK11).
+        let available = |i: usize| {
+            let m = &members[i];
+            states[i] == Health::Ok && !m.maintenance && m.service.weight > 0
+        };
+        let mains: Vec<usize> = (0..members.len())
+            .filter(|&i| !members[i].backup && available(i))
             .collect();
         let (tier, chosen) = if !mains.is_empty() {
             (Tier::Mains, mains)
         } else {
             // The first available backup takes everything; never spread (S-BK2, S-BK3).
-            members
-                .iter()
-                .filter(|m| m.backup)
+            (0..members.len())
+                .filter(|&i| members[i].backup)
                 .enumerate()
-                .find(|(_, m)| available(m))
-                .map_or((Tier::None, Vec::new()), |(i, m)| {
-                    (Tier::Backup(i), vec![m])
+                .find(|&(_, i)| available(i))
+                .map_or((Tier::None, Vec::new()), |(n, i)| {
+                    (Tier::Backup(n), vec![i])
                 })
         };
-
-        let chosen_names: HashSet<&str> = chosen.iter().map(|m| m.service.name.as_str()).collect();
+        let mut is_chosen = vec![false; members.len()];
+        for &i in &chosen {
+            is_chosen[i] = true;
+        }
         let mut out = ListSelection {
             tier,
             eligible: chosen
                 .iter()
-                .map(|m| Eligible {
-                    name: m.service.name.clone(),
-                    weight: m.service.weight,
+                .map(|&i| Eligible {
+                    name: members[i].service.name.clone(),
+                    weight: members[i].service.weight,
                 })
                 .collect(),
             drained: Vec::new(),
             down: Vec::new(),
         };
-        for m in &members {
-            let name = &m.service.name;
-            if chosen_names.contains(name.as_str()) {
+        for (i, m) in members.iter().enumerate() {
+            if is_chosen[i] {
                 continue;
             }
-            if state(m) == Health::Ok {
-                out.drained.push(name.clone());
+            let name = m.service.name.clone();
+            if states[i] == Health::Ok {
+                out.drained.push(name);
             } else {
-                out.down.push(name.clone());
+                out.down.push(name);
             }
         }
         out
@@ -153,22 +156,24 @@ impl Model {
     /// Without admin state every member is a main and nobody is in maintenance.
     fn expand(&self, list: &[String], admin: ApplyAdmin) -> Vec<Member<'_>> {
         let admin = admin == ApplyAdmin::Yes;
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
+        let mut seen = FastSet::default();
+        let mut out = Vec::with_capacity(list.len());
         for name in list {
-            let entries: Vec<(&BackendService, bool, bool)> =
-                if let Some(s) = self.services.get(name) {
-                    vec![(s, s.backup, s.maintenance)]
-                } else if let Some(g) = self.groups.get(name) {
-                    g.members
-                        .iter()
-                        .filter_map(|n| self.services.get(n))
-                        .map(|s| (s, g.backup, s.maintenance || g.maintenance))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-            for (service, backup, maintenance) in entries {
+            let single = self
+                .services
+                .get(name.as_str())
+                .map(|s| (s, s.backup, s.maintenance));
+            let group = single
+                .is_none()
+                .then(|| self.groups.get(name.as_str()))
+                .flatten();
+            let grouped = group.into_iter().flat_map(|g| {
+                g.members
+                    .iter()
+                    .filter_map(|n| self.services.get(n.as_str()))
+                    .map(move |s| (s, g.backup, s.maintenance || g.maintenance))
+            });
+            for (service, backup, maintenance) in single.into_iter().chain(grouped) {
                 if seen.insert(service.name.as_str()) {
                     out.push(Member {
                         service,

@@ -6,7 +6,7 @@
 mod index;
 mod restart;
 
-pub use index::ByName;
+pub use index::{ByName, FastMap, FastSet};
 pub use restart::restart_only_changes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;

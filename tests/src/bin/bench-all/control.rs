@@ -1,7 +1,9 @@
-//! Control plane: building and swapping the Maglev tables of 1,000 VIPs x 100 backends in a
+//! Control plane: writing the maps of 1,000 VIPs x 100 backends (first apply, one backend
+//! failing and returning) and of 100 VIPs x 1,000 backends with 65,537-entry tables in a
 //! private copy of the data path (`lb::network::apply`, as bench-xdp does), the Maintenance
 //! avoidance time, and the configuration at 10,000+ Backend Services (`config_scale`).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::time::Instant;
@@ -17,60 +19,88 @@ const BACKENDS: usize = 100;
 /// Prime table size; 1,000 tables of 1,021 entries bound the memory.
 const MAGLEV_SIZE: u32 = 1021;
 const RUNS: usize = 5;
+/// The large-table case: 100 VIPs x 1,000 backends with the default table size.
+const BIG_VIPS: usize = 100;
+const BIG_BACKENDS: usize = 1000;
+const BIG_MAGLEV_SIZE: u32 = 65537;
 
-/// `skip` leaves one backend out of every list, so consecutive applies alternate between
-/// two different sets of tables (every VIP's table is rebuilt and swapped).
-fn config_text(skip: Option<usize>) -> String {
-    let mut s = String::new();
-    for b in 0..BACKENDS {
+/// VIPS tcp-l4 VIPs over the same BACKENDS TCP-checked backends (the check never runs
+/// here: `network::apply` is told which services are down), so one backend failing
+/// changes every VIP's table.
+fn config_text(vips: usize, backends: usize, maglev_size: u32) -> String {
+    let mut s = String::from("[[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\n\n");
+    for b in 0..backends {
         let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 2, 0, 1)) + b as u32);
-        s += &format!("[[backend_service]]\nname = \"b{b}\"\naddress = \"{addr}\"\nport = 0\n\n");
+        s += &format!(
+            "[[backend_service]]\nname = \"b{b}\"\naddress = \"{addr}\"\nport = 0\n\
+             health_check = \"tcp\"\n\n"
+        );
     }
-    let list: Vec<String> = (0..BACKENDS)
-        .filter(|b| Some(*b) != skip)
-        .map(|b| format!("\"b{b}\""))
-        .collect();
-    for v in 0..VIPS {
+    let list: Vec<String> = (0..backends).map(|b| format!("\"b{b}\"")).collect();
+    for v in 0..vips {
         let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 99, 0, 1)) + v as u32);
         s += &format!(
             "[[vservice]]\nname = \"v{v}\"\nkind = \"tcp-l4\"\naddress = \"{addr}\"\nport = 80\n\
-             forwarding = \"nat\"\nmaglev_size = {MAGLEV_SIZE}\nbackends = [{}]\n\n",
+             forwarding = \"nat\"\nmaglev_size = {maglev_size}\nbackends = [{}]\n\n",
             list.join(", ")
         );
     }
     s
 }
 
-/// Returns the report section.
-pub fn run() -> Result<String> {
-    let object = network::read_object()?;
-    let mut dp = DataPath::load(
-        &object,
+/// A private data path (not pinned, not attached) with room for every flow of the bench.
+fn data_path(object: &[u8]) -> Result<DataPath> {
+    DataPath::load(
+        object,
         &LoadOptions {
             pin_dir: None,
             conn_table_size: 1 << 16,
         },
-    )?;
-    let full = config::parse(&config_text(None), "bench").map_err(|e| anyhow!("{e}"))?;
-    let less = config::parse(&config_text(Some(0)), "bench").map_err(|e| anyhow!("{e}"))?;
+    )
+}
+
+/// Seconds `network::apply` takes to write `cfg` with `down` failed.
+fn timed_apply(dp: &mut DataPath, cfg: &config::Config, down: &HashSet<String>) -> Result<f64> {
     let t = Instant::now();
-    network::apply(&mut dp, &full, &Default::default())?;
-    let first = t.elapsed().as_secs_f64();
-    let mut swaps = Vec::new();
-    for i in 0..RUNS {
-        let cfg = if i % 2 == 0 { &less } else { &full };
-        let t = Instant::now();
-        network::apply(&mut dp, cfg, &Default::default())?;
-        swaps.push(t.elapsed().as_secs_f64());
+    network::apply(dp, cfg, down)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Returns the report section.
+pub fn run() -> Result<String> {
+    let object = network::read_object()?;
+    let mut dp = data_path(&object)?;
+    let text = config_text(VIPS, BACKENDS, MAGLEV_SIZE);
+    let cfg = config::parse(&text, "bench").map_err(|e| anyhow!("{e}"))?;
+    let none = HashSet::new();
+    let b0_down: HashSet<String> = ["b0".to_string()].into();
+    let first = timed_apply(&mut dp, &cfg, &none)?;
+    println!("first apply {VIPS}x{BACKENDS}: {first:.3} s");
+    // Each step changes every table: b0 fails (its slots leave all 1,000 tables), then it
+    // returns. Timed from the new health to every table swapped in (plan + write).
+    let (mut fails, mut returns) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        fails.push(timed_apply(&mut dp, &cfg, &b0_down)?);
+        returns.push(timed_apply(&mut dp, &cfg, &none)?);
     }
-    let swap = median(&swaps);
-    println!("control: first apply {first:.3} s, rebuild+swap median {swap:.3} s");
+    let (fail, back) = (median(&fails) * 1000.0, median(&returns) * 1000.0);
+    println!("one backend of {VIPS} VIPs failing: {fail:.0} ms (all {VIPS} tables swapped)");
+    println!("that backend returning: {back:.0} ms");
+    drop(dp);
+    let mut big = data_path(&object)?;
+    let text = config_text(BIG_VIPS, BIG_BACKENDS, BIG_MAGLEV_SIZE);
+    let big_cfg = config::parse(&text, "bench").map_err(|e| anyhow!("{e}"))?;
+    let big_first = timed_apply(&mut big, &big_cfg, &none)?;
+    println!("first apply {BIG_VIPS}x{BIG_BACKENDS} (Maglev {BIG_MAGLEV_SIZE}): {big_first:.3} s");
+    drop(big);
     let mut out = String::new();
     writeln!(
         out,
         "| what | time |\n|---|---|\n\
-         | first apply, {VIPS} VIPs x {BACKENDS} backends, Maglev size {MAGLEV_SIZE} (build + write all maps) | {first:.3} s (one run) |\n\
-         | rebuild and swap every VIP's table after a backend leaves/returns (median of {RUNS}) | {swap:.3} s |\n"
+         | first apply, {VIPS} VIPs x {BACKENDS} backends, Maglev size {MAGLEV_SIZE} (plan + build + write all maps) | {first:.3} s (one run) |\n\
+         | one backend of all {VIPS} VIPs failing: plan + rebuild + swap of every table (median of {RUNS}) | {fail:.0} ms |\n\
+         | the same backend returning (median of {RUNS}) | {back:.0} ms |\n\
+         | first apply, {BIG_VIPS} VIPs x {BIG_BACKENDS} backends, Maglev size {BIG_MAGLEV_SIZE} | {big_first:.3} s (one run) |\n"
     )?;
     match crate::maint::run() {
         Ok(row) => writeln!(out, "| what | time |\n|---|---|\n{row}")?,
