@@ -121,6 +121,43 @@ fn proxy_sched_slice_out_of_range_names_the_field() {
 }
 
 #[test]
+fn proxy_header_limits_out_of_range_name_the_field() {
+    let text = doc(&["[proxy]", "max_header_bytes = 100"]);
+    assert_issue(
+        &text,
+        "proxy.max_header_bytes",
+        2,
+        "100 is out of range 1024..=1048576",
+    );
+    // A line may not be longer than the whole head.
+    let text = doc(&[
+        "[proxy]",
+        "max_header_bytes = 4096",
+        "max_header_line_bytes = 8192",
+    ]);
+    assert_issue(
+        &text,
+        "proxy.max_header_line_bytes",
+        3,
+        "8192 is out of range 256..=4096",
+    );
+    let cfg = parse(&doc(&["[proxy]", "max_header_bytes = 4096"]), "lb.toml").expect("valid");
+    let limits = cfg.proxy.header_limits;
+    assert_eq!(
+        (limits.head, limits.line),
+        (4096, 4096),
+        "the line default fits the head"
+    );
+    let cfg = parse("", "lb.toml").expect("valid");
+    let limits = cfg.proxy.header_limits;
+    assert_eq!(
+        (limits.head, limits.line),
+        (16384, 8192),
+        "HAProxy- and nginx-like defaults"
+    );
+}
+
+#[test]
 fn unknown_field_is_named() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]", "colour = \"blue\""]);
     assert_issue(

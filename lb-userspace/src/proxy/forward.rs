@@ -12,7 +12,7 @@ use super::body::{ProxyBody, RequestBody, UpstreamBody};
 use super::headers;
 use super::responses;
 use super::runtime::VsRuntime;
-use crate::config::Persistence;
+use crate::config::{HeaderLimits, Persistence};
 
 /// Serves one request of an HTTP vService. Never fails: every problem becomes a response.
 pub(crate) async fn handle(
@@ -23,6 +23,10 @@ pub(crate) async fn handle(
 ) -> Response<ProxyBody> {
     rt.counters.count_request();
     let settings = rt.settings.load_full();
+    if let Some(status) = over_limits(&req, settings.header_limits) {
+        rt.counters.count_bad_request();
+        return responses::status(status);
+    }
     let client = peer.ip().to_canonical();
     let cookie_cfg = match &settings.l7.persistence {
         Persistence::Cookie(c) => Some(c),
@@ -98,4 +102,18 @@ fn to_upstream(
         headers::add_forwarded(&mut parts.headers, client, tls);
     }
     Some(Request::from_parts(parts, RequestBody::new(body, lease)))
+}
+
+/// The answer to a request (HTTP/2, or HTTP/1.1 over TLS) with a line over
+/// `[proxy] max_header_line_bytes`: 414 for the target, 431 for a header. The whole head's
+/// limit is enforced by hyper while reading it.
+fn over_limits(req: &Request<Incoming>, limits: HeaderLimits) -> Option<StatusCode> {
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if req.method().as_str().len() + target + " HTTP/1.1".len() + 1 > limits.line {
+        return Some(StatusCode::URI_TOO_LONG);
+    }
+    req.headers()
+        .iter()
+        .any(|(name, value)| name.as_str().len() + ": ".len() + value.len() > limits.line)
+        .then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
 }

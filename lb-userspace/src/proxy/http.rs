@@ -21,9 +21,9 @@ use super::listener::{Phase, closing};
 use super::runtime::VsRuntime;
 use crate::config::Timeouts;
 
-/// Request line plus headers larger than this are refused with 431 (HTTP/1.1) or a stream
-/// error (HTTP/2).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// A backend's response head larger than this is answered 502. Request heads have the
+/// limits of `[proxy]` ([`crate::config::HeaderLimits`]).
+pub const MAX_RESPONSE_HEAD_BYTES: usize = 64 * 1024;
 
 /// The HTTP/2 connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -92,6 +92,7 @@ async fn run<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = rt.settings.load().header_limits;
     // HTTP/1.1 waits for each request head under hyper's header timer; an HTTP/2
     // connection is idle only when none of its streams is open.
     let activity = h2.then(Activity::new);
@@ -109,7 +110,7 @@ async fn run<I>(
     let result = if let Some(activity) = activity {
         let conn = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
-            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_header_list_size(u32::try_from(limits.head).unwrap_or(u32::MAX))
             .serve_connection(io, service);
         let idle = Some((activity, timeouts.keep_alive));
         drive(conn, |c| c.graceful_shutdown(), phase, idle).await
@@ -117,8 +118,9 @@ async fn run<I>(
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(timeouts.client)
-            .max_header_size(MAX_HEADER_BYTES)
-            .max_buf_size(2 * MAX_HEADER_BYTES)
+            .max_header_size(limits.head)
+            // hyper's smallest read buffer is 8 KiB.
+            .max_buf_size((2 * limits.head).max(8192))
             .keep_alive(true)
             .serve_connection(io, service);
         drive(conn, |c| c.graceful_shutdown(), phase, None).await

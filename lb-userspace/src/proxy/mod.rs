@@ -34,7 +34,7 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use http::MAX_HEADER_BYTES;
+pub use http::MAX_RESPONSE_HEAD_BYTES;
 
 use crate::config::{ByName, Config, VService, VServiceKind};
 use crate::selection::Published;
@@ -242,6 +242,7 @@ impl Proxy {
 fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec<Step>> {
     let mut steps = Vec::new();
     let names = ByName::new(cfg);
+    let limits = cfg.proxy.header_limits;
     for vs in cfg.vservices.iter().filter(|v| !v.kind.is_network()) {
         let listen = listen_addr(vs)?;
         let current = running.get(&vs.name);
@@ -250,7 +251,7 @@ fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec
             let previous = l.rt.settings.load();
             steps.push(Step::Keep(
                 vs.name.clone(),
-                Box::new(VsSettings::build(&names, vs, Some(&previous))?),
+                Box::new(VsSettings::build(&names, vs, limits, Some(&previous))?),
             ));
             continue;
         }
@@ -272,7 +273,7 @@ fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec
                     .with_context(|| format!("vService {}: cannot listen on {listen}", vs.name))?,
             ),
         };
-        let settings = VsSettings::build(&names, vs, None)?;
+        let settings = VsSettings::build(&names, vs, limits, None)?;
         steps.push(Step::Start(
             Box::new(vs.clone()),
             listen,

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use super::balance::BackendInfo;
 use super::conditions::Conditions;
 use super::upstream::{Upstream, new_upstream};
-use crate::config::{ByName, L7Settings, PortSpec, VService, VServiceKind};
+use crate::config::{ByName, HeaderLimits, L7Settings, PortSpec, VService, VServiceKind};
 
 /// Backend Services of one list by name, with their effective maintenance in that list.
 pub(crate) type InfoMap = HashMap<String, BackendInfo>;
@@ -30,6 +30,8 @@ pub(crate) struct VsSettings {
     pub(crate) upstream: Option<Upstream>,
     /// HTTP only: TLS towards clients.
     pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+    /// HTTP only: how large a request head and each of its lines may be (`[proxy]`).
+    pub(crate) header_limits: HeaderLimits,
 }
 
 impl VsSettings {
@@ -38,6 +40,7 @@ impl VsSettings {
     pub(crate) fn build(
         names: &ByName<'_>,
         vs: &VService,
+        header_limits: HeaderLimits,
         previous: Option<&VsSettings>,
     ) -> anyhow::Result<VsSettings> {
         let l7 = vs
@@ -78,6 +81,7 @@ impl VsSettings {
             conditions,
             upstream,
             tls,
+            header_limits,
         })
     }
 

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
+use super::backends::ranged;
 use super::seconds::seconds;
 use crate::config::issues::Issues;
-use crate::config::model::{AttachMode, ProxySettings, ReflectionSettings, XdpSettings};
+use crate::config::model::{
+    AttachMode, HeaderLimits, ProxySettings, ReflectionSettings, XdpSettings,
+};
 use crate::config::raw::{RawAttachMode, RawProxy, RawReflection, RawXdp};
 
 /// Default bpffs pin directory.
@@ -147,6 +150,35 @@ pub(in crate::config) fn proxy(raw: &RawProxy, issues: &mut Issues) -> ProxySett
     ProxySettings {
         workers,
         sched_slice,
+        header_limits: header_limits(raw, issues),
+    }
+}
+
+/// Bounds of `[proxy] max_header_bytes` and `max_header_line_bytes`: a head must hold a
+/// request line and a Host header; the proxy reads at most 1 MiB of head.
+const MIN_HEAD: i64 = 1024;
+const MAX_HEAD: i64 = 1 << 20;
+const MIN_LINE: i64 = 256;
+
+fn header_limits(raw: &RawProxy, issues: &mut Issues) -> HeaderLimits {
+    let defaults = HeaderLimits::default();
+    let head = raw
+        .max_header_bytes
+        .as_ref()
+        .map_or(Some(defaults.head), |v| {
+            ranged(v, MIN_HEAD, MAX_HEAD, "proxy.max_header_bytes", issues).map(|n| n as usize)
+        });
+    let head_bound = head.map_or(MAX_HEAD, |h| h as i64);
+    let line = match &raw.max_header_line_bytes {
+        None => Some(defaults.line.min(head_bound as usize)),
+        Some(v) => {
+            let bound = i64::max(head_bound, MIN_LINE);
+            ranged(v, MIN_LINE, bound, "proxy.max_header_line_bytes", issues).map(|n| n as usize)
+        }
+    };
+    HeaderLimits {
+        head: head.unwrap_or(defaults.head),
+        line: line.unwrap_or(defaults.line),
     }
 }
 

@@ -50,6 +50,8 @@ pub struct ProxySettings {
     /// packet runs soon even when busy threads share its CPUs; None = the kernel's default.
     /// Read at start, like `workers`.
     pub sched_slice: Option<Duration>,
+    /// How large a client's request head may be, and each line of it.
+    pub header_limits: HeaderLimits,
 }
 
 impl ProxySettings {
@@ -63,6 +65,29 @@ impl Default for ProxySettings {
         Self {
             workers: None,
             sched_slice: Some(Self::DEFAULT_SCHED_SLICE),
+            header_limits: HeaderLimits::default(),
+        }
+    }
+}
+
+/// Limits on a client's request head, as HAProxy (`tune.bufsize`) and nginx
+/// (`large_client_header_buffers 4 8k`) have: a bigger head costs memory per connection and
+/// is usually an attack. Over the limit is answered 431 (a header line or the whole head)
+/// or 414 (the request line). Applies at once on reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderLimits {
+    /// The whole head: request line and every header (`[proxy] max_header_bytes`).
+    pub head: usize,
+    /// One line: the request line, or one header's name and value
+    /// (`[proxy] max_header_line_bytes`).
+    pub line: usize,
+}
+
+impl Default for HeaderLimits {
+    fn default() -> Self {
+        Self {
+            head: 16 * 1024,
+            line: 8 * 1024,
         }
     }
 }

@@ -41,6 +41,8 @@ pub(in crate::config) enum RawAttachMode {
 pub(in crate::config) struct RawProxy {
     pub workers: Option<Spanned<i64>>,
     pub sched_slice_us: Option<Spanned<i64>>,
+    pub max_header_bytes: Option<Spanned<i64>>,
+    pub max_header_line_bytes: Option<Spanned<i64>>,
 }
 
 /// `[reflection]`: durations in seconds.

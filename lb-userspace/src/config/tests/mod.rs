@@ -119,6 +119,7 @@ fn full_config_round_trips_into_the_model() {
         proxy: ProxySettings {
             workers: Some(3),
             sched_slice: Some(Duration::from_micros(250)),
+            header_limits: HeaderLimits::default(),
         },
         reflection: ReflectionSettings {
             network_remove_delay: Duration::ZERO,

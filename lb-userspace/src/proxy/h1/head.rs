@@ -5,7 +5,8 @@
 use hyper::header::HeaderName;
 
 use super::super::conditions::RequestView;
-use super::super::http::MAX_HEADER_BYTES;
+use super::super::http::MAX_RESPONSE_HEAD_BYTES;
+use crate::config::HeaderLimits;
 
 /// Most header lines a head may carry; more is answered 431 (requests) or 502 (responses).
 pub(crate) const MAX_HEADERS: usize = 128;
@@ -49,9 +50,12 @@ pub(crate) enum HeadError {
     /// Not HTTP/1.x, or a framing the proxy must not guess at (request smuggling guards).
     #[error("malformed message: {0}")]
     Malformed(&'static str),
-    /// Head over the size or header-count limit.
+    /// Head over the size or header-count limit, or a header line over its limit.
     #[error("header section too large")]
     TooLarge,
+    /// Request line over the line limit (answered 414).
+    #[error("request line too long")]
+    LineTooLong,
 }
 
 /// The `Connection` header's meaning for one message.
@@ -111,13 +115,19 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Head {
-    /// Parses a request head from the start of `input`.
-    pub(crate) fn parse_request(&mut self, input: &[u8]) -> Result<Parsed, HeadError> {
+    /// Parses a request head from the start of `input`, within `limits`.
+    pub(crate) fn parse_request(
+        &mut self,
+        input: &[u8],
+        limits: HeaderLimits,
+    ) -> Result<Parsed, HeadError> {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut raw);
-        let Some(n) = head_length(req.parse(input), input, "invalid request head")? else {
+        let parsed = req.parse(input);
+        let Some(n) = head_length(parsed, input, limits.head, "invalid request head")? else {
             return Ok(Parsed::Partial);
         };
+        check_lines(&req, limits.line)?;
         self.reset(&input[..n]);
         let (method, path) = (req.method.unwrap_or(""), req.path.unwrap_or(""));
         self.first = Span::of(input, method.as_bytes());
@@ -137,7 +147,14 @@ impl Head {
     ) -> Result<Parsed, HeadError> {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut raw);
-        let Some(n) = head_length(resp.parse(input), input, "invalid response head")? else {
+        let parsed = resp.parse(input);
+        let Some(n) = head_length(
+            parsed,
+            input,
+            MAX_RESPONSE_HEAD_BYTES,
+            "invalid response head",
+        )?
+        else {
             return Ok(Parsed::Partial);
         };
         self.reset(&input[..n]);
@@ -379,10 +396,11 @@ impl RequestView for Head {
 }
 
 /// The length of a complete head (None: incomplete so far), for requests and responses alike:
-/// a head, complete or not, may not exceed MAX_HEADER_BYTES nor MAX_HEADERS lines.
+/// a head, complete or not, may not exceed `max` bytes nor MAX_HEADERS lines.
 fn head_length(
     parsed: httparse::Result<usize>,
     input: &[u8],
+    max: usize,
     malformed: &'static str,
 ) -> Result<Option<usize>, HeadError> {
     let (n, complete) = match parsed {
@@ -391,10 +409,29 @@ fn head_length(
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
         Err(_) => return Err(HeadError::Malformed(malformed)),
     };
-    if n > MAX_HEADER_BYTES {
+    if n > max {
         return Err(HeadError::TooLarge);
     }
     Ok(complete.then_some(n))
+}
+
+/// Refuses a complete request head with a line longer than `max`: the request line (414),
+/// or a header's `name: value` (431).
+fn check_lines(req: &httparse::Request<'_, '_>, max: usize) -> Result<(), HeadError> {
+    let method = req.method.map_or(0, str::len);
+    let target = req.path.map_or(0, str::len);
+    // "METHOD TARGET HTTP/1.1"
+    if method + target + " HTTP/1.1".len() + 1 > max {
+        return Err(HeadError::LineTooLong);
+    }
+    if req
+        .headers
+        .iter()
+        .any(|h| h.name.len() + ": ".len() + h.value.len() > max)
+    {
+        return Err(HeadError::TooLarge);
+    }
+    Ok(())
 }
 
 /// Comma-separated tokens of a header value, trimmed, empty ones skipped.
@@ -431,7 +468,7 @@ mod tests {
 
     fn req(text: &str) -> Result<Head, HeadError> {
         let mut h = Head::default();
-        match h.parse_request(text.as_bytes())? {
+        match h.parse_request(text.as_bytes(), HeaderLimits::default())? {
             Parsed::Complete(n) => assert_eq!(n, text.len()),
             Parsed::Partial => panic!("partial"),
         }
@@ -538,23 +575,57 @@ mod tests {
 
     #[test]
     fn oversized_and_partial_heads() {
+        let limits = HeaderLimits::default();
         let mut h = Head::default();
         assert!(matches!(
-            h.parse_request(b"GET / HTTP/1.1\r\nHost: a\r\n"),
+            h.parse_request(b"GET / HTTP/1.1\r\nHost: a\r\n", limits),
             Ok(Parsed::Partial)
         ));
         let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
-        big.extend(std::iter::repeat_n(b'a', MAX_HEADER_BYTES + 1));
-        assert_eq!(h.parse_request(&big).err(), Some(HeadError::TooLarge));
+        big.extend(std::iter::repeat_n(b'a', limits.head + 1));
+        assert_eq!(
+            h.parse_request(&big, limits).err(),
+            Some(HeadError::TooLarge)
+        );
         big.extend_from_slice(b"\r\n\r\n");
-        assert_eq!(h.parse_request(&big).err(), Some(HeadError::TooLarge));
+        assert_eq!(
+            h.parse_request(&big, limits).err(),
+            Some(HeadError::TooLarge)
+        );
+    }
+
+    /// One header line or the request line over `line` is refused even when the whole
+    /// head fits; a line of exactly `line` bytes passes.
+    #[test]
+    fn a_line_over_its_limit_is_refused() {
+        let limits = HeaderLimits {
+            head: 4096,
+            line: 256,
+        };
+        let mut h = Head::default();
+        let header = |len: usize| format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(len - 3));
+        let fits = header(256);
+        assert!(matches!(
+            h.parse_request(fits.as_bytes(), limits),
+            Ok(Parsed::Complete(_))
+        ));
+        let over = header(257);
+        assert_eq!(
+            h.parse_request(over.as_bytes(), limits).err(),
+            Some(HeadError::TooLarge)
+        );
+        let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(300));
+        assert_eq!(
+            h.parse_request(long_target.as_bytes(), limits).err(),
+            Some(HeadError::LineTooLong)
+        );
     }
 
     #[test]
     fn an_oversized_response_head_is_refused_complete_or_not() {
         let mut h = Head::default();
         let mut big = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
-        big.extend(std::iter::repeat_n(b'a', MAX_HEADER_BYTES + 1));
+        big.extend(std::iter::repeat_n(b'a', MAX_RESPONSE_HEAD_BYTES + 1));
         assert_eq!(
             h.parse_response(&big, false).err(),
             Some(HeadError::TooLarge)

@@ -28,7 +28,7 @@ use super::runtime::VsRuntime;
 use super::settings::VsSettings;
 use super::tcp::tunnel;
 use super::upstream::connect_backend;
-use crate::config::{Persistence, Timeouts};
+use crate::config::{HeaderLimits, Persistence, Timeouts};
 use head::{Framing, Head, HeadError, Parsed};
 use io::{BodyCopy, CopyError, ReadError, fill, send};
 use rewrite::{response_head, upstream_head};
@@ -91,7 +91,10 @@ pub(crate) async fn serve(
     let mut settings = arc_swap::Cache::new(&rt.settings);
     loop {
         let settings = settings.load();
-        if !conn.read_request(&settings.l7.timeouts, first).await {
+        if !conn
+            .read_request(&settings.l7.timeouts, settings.header_limits, first)
+            .await
+        {
             return;
         }
         first = false;
@@ -107,12 +110,12 @@ impl Conn {
     /// connection should end: the client closed or stayed idle past the keep-alive timeout,
     /// sent its head too slowly (client timeout: slowloris), sent a bad head (answered
     /// 400/431 here), or the listener is closing and no request is under way.
-    async fn read_request(&mut self, t: &Timeouts, first: bool) -> bool {
+    async fn read_request(&mut self, t: &Timeouts, limits: HeaderLimits, first: bool) -> bool {
         let mut deadline = Instant::now() + if first { t.client } else { t.keep_alive };
         let mut started = first;
         loop {
             if !self.cbuf.is_empty() {
-                match self.req.parse_request(&self.cbuf) {
+                match self.req.parse_request(&self.cbuf, limits) {
                     Ok(Parsed::Complete(n)) => {
                         self.cbuf.advance(n);
                         return true;
@@ -158,6 +161,7 @@ impl Conn {
         self.rt.counters.count_bad_request();
         let status = match error {
             HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            HeadError::LineTooLong => StatusCode::URI_TOO_LONG,
             HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
         };
         self.out.clear();

@@ -109,7 +109,7 @@ mod tests {
     fn parse_req(text: &str) -> Head {
         let mut h = Head::default();
         assert!(matches!(
-            h.parse_request(text.as_bytes()),
+            h.parse_request(text.as_bytes(), crate::config::HeaderLimits::default()),
             Ok(Parsed::Complete(_))
         ));
         h
