@@ -158,6 +158,33 @@ fn proxy_header_limits_out_of_range_name_the_field() {
 }
 
 #[test]
+fn retries_out_of_range_or_on_a_network_vservice_name_the_field() {
+    let more = vservice(&["port = 80", "backends = [\"web1\"]", "retries = 1"]);
+    assert_issue(
+        &with_backends(&more),
+        "vservice[0].retries",
+        27,
+        "`retries` applies only to http and l7-tcp vServices",
+    );
+    let more = vservice(&["port = 80", "backends = [\"web1\"]", "retries = 11"])
+        .into_iter()
+        .map(|l| {
+            if l == "kind = \"tcp-l4\"" {
+                "kind = \"http\""
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>();
+    assert_issue(
+        &with_backends(&more),
+        "vservice[0].retries",
+        27,
+        "11 is out of range 0..=10",
+    );
+}
+
+#[test]
 fn unknown_field_is_named() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]", "colour = \"blue\""]);
     assert_issue(

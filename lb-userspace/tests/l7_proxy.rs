@@ -233,6 +233,7 @@ fn l7(timeouts: Timeouts) -> L7Settings {
         persistence: Persistence::None,
         timeouts,
         queue_size: 1024,
+        retries: lb::config::DEFAULT_RETRIES,
         tls: None,
         error_page: None,
         forwarded_headers: true,
@@ -923,6 +924,91 @@ async fn malformed_request_gets_400_without_reaching_a_backend() {
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
     assert_eq!(a.hits(), 0);
     assert_eq!(env.stats("web").bad_requests, 2);
+}
+
+/// An address nothing listens on: connecting is refused at once.
+async fn refusing_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    addr
+}
+
+/// No SPEC rule covers retries; issue 18 asks for HAProxy's `retries` + `option redispatch`.
+/// A refused connect sent nothing, so the request goes to another server of the list: with
+/// one of two mains refusing and no health check to take it out, every request is answered
+/// by the other (retries counted); with `retries = 0` the refused ones get 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connect_is_retried_on_another_server() {
+    let a = http_backend("a").await;
+    let dead = refusing_addr().await;
+    let web = vservice("web", VServiceKind::Http, &["dead", "a"]);
+    let mut strict = vservice("strict", VServiceKind::Http, &["dead", "a"]);
+    if let Some(l7) = strict.l7.as_mut() {
+        l7.retries = 0;
+    }
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("dead", dead)],
+        vec![],
+        vec![web, strict],
+    ))
+    .await;
+    for _ in 0..20 {
+        let (status, _, body) = get(env.addr("web"), "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    }
+    assert_eq!(a.hits(), 20);
+    let retries = env.stats("web").retries;
+    assert!(
+        (5..=15).contains(&retries),
+        "round robin sent about half to `dead` first: {retries}"
+    );
+    let mut bad_gateway = 0;
+    for _ in 0..20 {
+        let (status, _, _) = get(env.addr("strict"), "/").await;
+        match status {
+            StatusCode::OK => {}
+            StatusCode::BAD_GATEWAY => bad_gateway += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(
+        bad_gateway >= 5,
+        "without retries the refused ones fail: {bad_gateway}"
+    );
+    assert_eq!(env.stats("strict").retries, 0);
+}
+
+/// The same for an L7 TCP vService: a refused connect is retried on another server before
+/// the client sees anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l7_tcp_connect_that_fails_goes_to_another_server() {
+    let t = tcp_backend("t").await;
+    let dead = refusing_addr().await;
+    let env = Env::start(config(
+        vec![service("t", t.addr), service("dead", dead)],
+        vec![],
+        vec![vservice("tcp", VServiceKind::L7Tcp, &["dead", "t"])],
+    ))
+    .await;
+    for i in 0..10 {
+        let mut conn = TcpStream::connect(env.addr("tcp")).await.expect("connect");
+        conn.write_all(format!("hi{i}").as_bytes())
+            .await
+            .expect("write");
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("answer in time")
+            .expect("read");
+        assert_eq!(&buf[..n], format!("t:hi{i}").as_bytes());
+    }
+    assert_eq!(t.hits(), 10);
+    assert!(
+        env.stats("tcp").retries >= 3,
+        "{}",
+        env.stats("tcp").retries
+    );
 }
 
 /// No SPEC rule covers header sizes; issue 18 asks for `[proxy] max_header_bytes` (16 KiB)

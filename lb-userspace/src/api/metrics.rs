@@ -238,6 +238,14 @@ pub(crate) fn render(st: &ApiState) -> String {
                 c.unavailable,
             );
         }
+        o.family(
+            "lb_l7_retries_total",
+            "counter",
+            "Requests (HTTP) or connections (L7 TCP) sent to another server after a failed connect.",
+        );
+        for (vs, c) in proxy {
+            o.sample("lb_l7_retries_total", &[("vservice", vs)], c.retries);
+        }
     }
     o.0
 }

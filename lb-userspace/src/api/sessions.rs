@@ -42,6 +42,7 @@ pub(crate) fn l7_counters(daemon: &Daemon) -> Option<BTreeMap<String, L7Counters
             L7Counters {
                 requests: vs.requests,
                 unavailable: vs.unavailable,
+                retries: vs.retries,
                 backends,
             },
         );

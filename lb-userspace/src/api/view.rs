@@ -18,6 +18,8 @@ pub(crate) struct L7Counters {
     pub requests: u64,
     /// Refused because nothing could serve (S-BK9).
     pub unavailable: u64,
+    /// Sent to another server after a failed connect.
+    pub retries: u64,
     /// Per backend: (current, total, bytes_in, bytes_out).
     pub backends: BTreeMap<String, [u64; 4]>,
 }
@@ -167,7 +169,7 @@ impl Snapshot {
         let sum = |i: usize| l7.backends.values().map(|b| b[i]).sum::<u64>();
         Some(serde_json::json!({
             "requests": l7.requests, "current": sum(0), "bytes_in": sum(2),
-            "bytes_out": sum(3), "unavailable": l7.unavailable,
+            "bytes_out": sum(3), "unavailable": l7.unavailable, "retries": l7.retries,
         }))
     }
 

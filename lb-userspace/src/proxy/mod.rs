@@ -76,6 +76,8 @@ pub struct VsStats {
     pub unavailable: u64,
     /// Responses or connections a backend cut short.
     pub upstream_aborts: u64,
+    /// Requests or connections sent to another server after a failed connect (`retries`).
+    pub retries: u64,
     /// Per-backend counters of the vService's pool.
     pub pool: balance::PoolStats,
 }
@@ -173,6 +175,7 @@ impl Proxy {
                     bad_requests,
                     unavailable,
                     upstream_aborts,
+                    retries: rt.counters.retries(),
                     pool: rt.pool.stats(),
                 }
             })

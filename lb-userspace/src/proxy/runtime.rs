@@ -17,6 +17,7 @@ pub(crate) struct VsCounters {
     bad_requests: Counter,
     unavailable: Counter,
     upstream_aborts: Counter,
+    retries: Counter,
 }
 
 impl VsCounters {
@@ -35,6 +36,16 @@ impl VsCounters {
     /// One more response or connection a backend cut short.
     pub(crate) fn count_abort(&self) {
         self.upstream_aborts.add(1);
+    }
+
+    /// One more request or connection sent to another server after a failed connect.
+    pub(crate) fn count_retry(&self) {
+        self.retries.add(1);
+    }
+
+    /// Requests or connections retried on another server.
+    pub(crate) fn retries(&self) -> u64 {
+        self.retries.get()
     }
     /// (requests, bad requests, unavailable, upstream aborts).
     pub(crate) fn read(&self) -> (u64, u64, u64, u64) {
@@ -105,11 +116,31 @@ impl VsRuntime {
         client: IpAddr,
         pin_key: Option<&str>,
     ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'s> {
+        self.acquire_other(settings, set, client, pin_key, &[])
+    }
+
+    /// Like [`Self::acquire`], leaving out `tried`: the servers this request or connection
+    /// already failed to connect to (a retry goes to another server of the same list; a
+    /// client pinned to a tried server is re-pinned, S-MT5).
+    pub(crate) fn acquire_other<'s>(
+        &'s self,
+        settings: &VsSettings,
+        set: Option<&str>,
+        client: IpAddr,
+        pin_key: Option<&str>,
+        tried: &[String],
+    ) -> impl Future<Output = Result<Lease, PickError>> + Send + use<'s> {
         let snap = self.selections.peek();
         let infos = settings.info(set);
         let info = |name: &str| -> Option<BackendInfo> { infos.get(name).cloned() };
-        self.pool
-            .acquire(self.list(&snap, set), &info, client, pin_key)
+        let list = self.list(&snap, set);
+        if tried.is_empty() {
+            return self.pool.acquire(list, &info, client, pin_key);
+        }
+        let mut others = list.clone();
+        others.eligible.retain(|e| !tried.contains(&e.name));
+        others.drained.retain(|name| !tried.contains(name));
+        self.pool.acquire(&others, &info, client, pin_key)
     }
 
     /// Rebalance (S-MT5): moves the pins of `backend` onto the other eligible backends of the

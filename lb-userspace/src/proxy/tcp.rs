@@ -23,20 +23,35 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
     rt.counters.count_request();
     let settings = rt.settings.load_full();
     let timeouts = settings.l7.timeouts;
-    let acquire = rt.acquire(&settings, None, peer.ip().to_canonical(), None);
-    let lease = match acquire.await {
-        Ok(lease) => Arc::new(lease),
-        Err(error) => {
-            tracing::debug!(vservice = %rt.name, %peer, %error, "closing the client");
-            rt.counters.count_unavailable();
-            return;
+    let client_ip = peer.ip().to_canonical();
+    // A refused or timed-out connect sent nothing: the client may go to another server of
+    // the list before it sees anything.
+    let mut tried: Vec<String> = Vec::new();
+    let (lease, mut backend) = loop {
+        let acquire = rt.acquire_other(&settings, None, client_ip, None, &tried);
+        let lease = match acquire.await {
+            Ok(lease) => Arc::new(lease),
+            Err(error) => {
+                tracing::debug!(vservice = %rt.name, %peer, %error, "closing the client");
+                if tried.is_empty() {
+                    rt.counters.count_unavailable();
+                }
+                return;
+            }
+        };
+        if !tried.is_empty() {
+            rt.counters.count_retry();
         }
-    };
-    let mut backend = match connect_backend(lease.addr(), timeouts.connect).await {
-        Ok(stream) => stream,
-        Err(error) => {
-            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
-            return lease.fail();
+        match connect_backend(lease.addr(), timeouts.connect).await {
+            Ok(stream) => break (lease, stream),
+            Err(error) => {
+                tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
+                lease.fail();
+                if tried.len() >= settings.l7.retries as usize {
+                    return;
+                }
+                tried.push(lease.backend().to_owned());
+            }
         }
     };
     let _ = client.set_nodelay(true);

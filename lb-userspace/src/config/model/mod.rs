@@ -340,6 +340,9 @@ impl VService {
     }
 }
 
+/// Retries after a failed connect when a vService does not set `retries`.
+pub const DEFAULT_RETRIES: u32 = 2;
+
 /// Settings of an HTTP or L7 TCP vService.
 #[derive(Clone, Debug, PartialEq)]
 pub struct L7Settings {
@@ -352,6 +355,11 @@ pub struct L7Settings {
     /// Requests (HTTP) or connections (L7 TCP) that may wait per backend at its connection
     /// limit; a full queue or a queue timeout answers 503 / closes. Default 1024.
     pub queue_size: usize,
+    /// How many other servers of the list a request (HTTP/1.1) or connection (L7 TCP) may
+    /// try when connecting to its server fails (refused, unreachable, timed out): nothing
+    /// reached the server, so any method may go elsewhere, like HAProxy's `retries` with
+    /// `option redispatch`. Default 2; 0 answers 502 (closes) at the first failure.
+    pub retries: u32,
     /// HTTP only: TLS towards clients (HTTP/1.1 and HTTP/2 by ALPN). None: plain (HTTP/1.1
     /// and h2c).
     pub tls: Option<TlsSettings>,

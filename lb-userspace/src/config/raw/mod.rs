@@ -145,6 +145,7 @@ pub(in crate::config) struct RawVService {
     pub apply_admin_state: Option<Spanned<bool>>,
     pub algorithm: Option<Spanned<RawAlgorithm>>,
     pub queue_size: Option<Spanned<i64>>,
+    pub retries: Option<Spanned<i64>>,
     pub error_page: Option<Spanned<String>>,
     pub forwarded_headers: Option<Spanned<bool>>,
     pub persistence: Option<Spanned<RawPersistence>>,

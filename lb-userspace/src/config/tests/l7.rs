@@ -188,6 +188,7 @@ fn full_l7_config_round_trips_into_the_model() {
                 keep_alive: Duration::from_secs(90),
             },
             queue_size: 7,
+            retries: crate::config::DEFAULT_RETRIES,
             tls: Some(TlsSettings {
                 cert: dir.join("cert.pem"),
                 key: dir.join("key.pem"),
@@ -247,6 +248,7 @@ fn full_l7_config_round_trips_into_the_model() {
             },
             timeouts: default_timeouts(),
             queue_size: 1024,
+            retries: crate::config::DEFAULT_RETRIES,
             tls: None,
             error_page: None,
             forwarded_headers: true,
@@ -284,6 +286,7 @@ fn l7_defaults() {
         persistence: Persistence::None,
         timeouts: default_timeouts(),
         queue_size: 1024,
+        retries: crate::config::DEFAULT_RETRIES,
         tls: None,
         error_page: None,
         forwarded_headers: true,

@@ -57,6 +57,15 @@ struct Conn {
     phase: watch::Receiver<Phase>,
 }
 
+/// Why a request did not reach its server.
+enum SendError {
+    /// Connecting failed: nothing was sent and nothing answered, so another server may
+    /// take the request.
+    Connect,
+    /// The client was answered (502/504) or the exchange cannot go on: what follows.
+    Done(Next),
+}
+
 /// What the connection does after an exchange.
 #[derive(Debug, PartialEq, Eq)]
 enum Next {
@@ -177,7 +186,7 @@ impl Conn {
             self.rt.counters.count_bad_request();
             return self.local(Local::status(StatusCode::BAD_REQUEST), &t).await;
         }
-        let lease = match self.acquire(settings, client_ip).await {
+        let mut lease = match self.acquire(settings, client_ip, &[]).await {
             Some(lease) => lease,
             None => {
                 self.rt.counters.count_unavailable();
@@ -197,7 +206,33 @@ impl Conn {
             .then_some(self.peer_text.as_str());
         let mut head = std::mem::take(&mut self.uphead);
         upstream_head(&self.req, forwarded, &mut head);
-        let sent = self.send_request(&lease, &head, framing, &t).await;
+        // A failed connect sent nothing: another server of the list may take the request.
+        let mut tried = Vec::new();
+        let sent = loop {
+            match self.send_request(&lease, &head, framing, &t).await {
+                Ok(sent) => break Ok(sent),
+                Err(SendError::Done(next)) => break Err(next),
+                Err(SendError::Connect) => {}
+            }
+            let other = if tried.len() < settings.l7.retries as usize {
+                tried.push(lease.backend().to_owned());
+                self.acquire(settings, client_ip, &tried).await
+            } else {
+                None
+            };
+            match other {
+                Some(other) => {
+                    self.rt.counters.count_retry();
+                    lease = other;
+                }
+                None => {
+                    let next = self.discard_body(framing);
+                    break Err(self
+                        .answer(Local::status(StatusCode::BAD_GATEWAY), next, &t)
+                        .await);
+                }
+            }
+        };
         self.uphead = head;
         let (up, head_bytes, body_sent) = match sent {
             Ok(sent) => sent,
@@ -213,14 +248,21 @@ impl Conn {
         if body_sent { next } else { Next::Close }
     }
 
-    /// Chooses the list (Conditional sets) and a backend slot under the pool's rules.
-    async fn acquire(&mut self, settings: &VsSettings, client: IpAddr) -> Option<Lease> {
+    /// Chooses the list (Conditional sets) and a backend slot under the pool's rules,
+    /// leaving out the servers in `tried` (failed connects of this request).
+    async fn acquire(
+        &mut self,
+        settings: &VsSettings,
+        client: IpAddr,
+        tried: &[String],
+    ) -> Option<Lease> {
         let set = settings.conditions.pick(&self.req, client);
         let pin_key = match &settings.l7.persistence {
             Persistence::Cookie(c) => headers::cookie_in(self.req.header_all("cookie"), &c.name),
             _ => None,
         };
-        match self.rt.acquire(settings, set, client, pin_key).await {
+        let acquire = self.rt.acquire_other(settings, set, client, pin_key, tried);
+        match acquire.await {
             Ok(lease) => Some(lease),
             Err(error) => {
                 tracing::debug!(vservice = %self.rt.name, %error, "503");
@@ -233,13 +275,14 @@ impl Conn {
     /// connection, and waits for the first bytes of the answer: Ok((connection, head bytes,
     /// whether the whole body went)). A reused connection that turns out closed is replaced
     /// once when the request has no body (nothing was consumed that could not be sent again).
+    /// A failed connect answers nothing (the caller may try another server).
     async fn send_request(
         &mut self,
         lease: &Lease,
         head: &[u8],
         framing: Framing,
         t: &Timeouts,
-    ) -> Result<(TcpStream, u64, bool), Next> {
+    ) -> Result<(TcpStream, u64, bool), SendError> {
         let addr = lease.addr();
         let replayable = framing == Framing::Length(0);
         let mut pooled = idle::take(addr);
@@ -250,12 +293,9 @@ impl Conn {
                 None => match connect_backend(addr, t.connect).await {
                     Ok(up) => up,
                     Err(error) => {
-                        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "502");
+                        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "connect failed");
                         lease.fail();
-                        let next = self.discard_body(framing);
-                        return Err(self
-                            .answer(Local::status(StatusCode::BAD_GATEWAY), next, t)
-                            .await);
+                        return Err(SendError::Connect);
                     }
                 },
             };
@@ -266,7 +306,9 @@ impl Conn {
                         Ok(()) => return Ok((up, head.len() as u64, true)),
                         Err(ReadError::Closed | ReadError::Io(_)) if reused => continue,
                         Err(error) => {
-                            return Err(self.backend_failed(lease, &error, t).await);
+                            return Err(SendError::Done(
+                                self.backend_failed(lease, &error, t).await,
+                            ));
                         }
                     }
                 }
@@ -274,9 +316,10 @@ impl Conn {
                     continue;
                 }
                 lease.fail();
-                return Err(self
+                let next = self
                     .answer(Local::status(StatusCode::BAD_GATEWAY), Next::KeepAlive, t)
-                    .await);
+                    .await;
+                return Err(SendError::Done(next));
             }
             self.out.clear();
             self.out.extend_from_slice(head);
@@ -294,12 +337,14 @@ impl Conn {
                     lease.add_bytes(n, 0);
                     match self.first_response_bytes(&mut up, t).await {
                         Ok(()) => Ok((up, head.len() as u64, true)),
-                        Err(error) => Err(self.backend_failed(lease, &error, t).await),
+                        Err(error) => {
+                            Err(SendError::Done(self.backend_failed(lease, &error, t).await))
+                        }
                     }
                 }
                 Err(CopyError::Source(why)) => {
                     tracing::debug!(vservice = %self.rt.name, peer = %self.peer, why, "client request body incomplete");
-                    Err(Next::Close)
+                    Err(SendError::Done(Next::Close))
                 }
                 Err(CopyError::Sink) => {
                     // The backend stopped taking the body: it may have answered early.
@@ -307,7 +352,7 @@ impl Conn {
                         Ok(()) => Ok((up, head.len() as u64, false)),
                         Err(error) => {
                             let _ = self.backend_failed(lease, &error, t).await;
-                            Err(Next::Close)
+                            Err(SendError::Done(Next::Close))
                         }
                     }
                 }

@@ -10,12 +10,14 @@ use super::conditions::conditional_sets;
 use super::persistence::{persistence, timeouts};
 use crate::config::check::backends::{Backends, ranged};
 use crate::config::issues::Issues;
-use crate::config::model::{Algorithm, L7Settings, TlsSettings};
+use crate::config::model::{Algorithm, DEFAULT_RETRIES, L7Settings, TlsSettings};
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawAlgorithm, RawTls, RawVService, RawVServiceKind};
 
 /// Default queue size per backend.
 const DEFAULT_QUEUE: usize = 1024;
+/// Most retries a vService may ask for: each one is another server's connect timeout.
+const MAX_RETRIES: i64 = 10;
 /// Largest error page accepted: it is held in memory and sent on every 503.
 const MAX_ERROR_PAGE: u64 = 1 << 20;
 
@@ -45,12 +47,19 @@ pub(in crate::config) fn l7_settings(
         .unwrap_or(DEFAULT_QUEUE),
         None => DEFAULT_QUEUE,
     };
+    let retries = match &raw.retries {
+        Some(n) => {
+            ranged(n, 0, MAX_RETRIES, &format!("{path}.retries"), issues).unwrap_or(DEFAULT_RETRIES)
+        }
+        None => DEFAULT_RETRIES,
+    };
     let sets = raw.conditional_set.as_ref().filter(|_| http);
     Some(L7Settings {
         algorithm: algorithm(raw.algorithm.as_ref().map(|a| *a.get_ref())),
         persistence: persistence(raw.persistence.as_ref(), path, issues),
         timeouts: timeouts(raw.timeouts.as_ref(), path, issues),
         queue_size,
+        retries,
         tls: raw
             .tls
             .as_ref()
