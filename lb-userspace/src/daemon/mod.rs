@@ -39,6 +39,8 @@ pub struct Daemon {
     reload: watch::Sender<u64>,
     /// One configuration change at a time.
     applying: tokio::sync::Mutex<()>,
+    /// One publication of the L7 selections at a time, each from the newest configuration.
+    publishing: Mutex<()>,
     /// HTTP and L7 TCP vServices (binds nothing when there are none).
     proxy: Proxy,
     /// DNS vServices (S-GS), started with the first one configured.
@@ -48,6 +50,24 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Publishes the L7 selections computed from the running configuration and `view` (the
+    /// health L7 traffic follows; None keeps the current one). Serialized, and the
+    /// configuration is read inside, so a computation from an older configuration never
+    /// replaces a newer one.
+    fn publish_selections(&self, view: Option<&View>) {
+        let _one = self
+            .publishing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(view) = view {
+            self.l7_view.store(Arc::new(view.clone()));
+        }
+        let cfg = self.config.load();
+        let view = self.l7_view.load();
+        self.selections
+            .store(Selections::compute(&cfg, &|n| view.get(n)));
+    }
+
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
@@ -155,6 +175,9 @@ impl Daemon {
             }
         }
         self.config.store(cfg.clone());
+        // Admin changes (Maintenance, Backup, weight) hold for L7 traffic when this returns:
+        // a request picked after the API answered sees them (S-MT3).
+        self.publish_selections(None);
         self.engine
             .update(&cfg.backend_services, &cfg.health_checks);
         if let Some(n) = self
@@ -252,6 +275,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         pin_dir: pin_dir.clone(),
         reload,
         applying: tokio::sync::Mutex::new(()),
+        publishing: Mutex::new(()),
         proxy,
         gslb: tokio::sync::Mutex::new(gslb),
         _engine_thread: engine_thread,
@@ -269,11 +293,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         View::default(),
         reload_rx,
         stop_rx.clone(),
-        move |v: &View| {
-            let cfg = d.config.load();
-            d.selections.store(Selections::compute(&cfg, &|n| v.get(n)));
-            d.l7_view.store(Arc::new(v.clone()));
-        },
+        move |v: &View| d.publish_selections(Some(v)),
     )));
     if let Some(dir) = pin_dir {
         let d = daemon.clone();

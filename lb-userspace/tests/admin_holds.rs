@@ -1,0 +1,256 @@
+//! S-MT3 ("Maintenance applies at once") as an operator's script relies on it: once
+//! `POST .../maintenance {"on": true}` has answered, no request sent after the answer reaches
+//! that server. A REAL daemon (no XDP) serves an HTTP vService over two plain HTTP/1.1
+//! backends on 127.0.0.1 while four keep-alive clients send requests back to back; each
+//! client records when it sent each request and which server answered.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use lb::api::client::ApiClient;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+mod ports;
+use ports::free_port;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A keep-alive HTTP/1.1 server that answers every request with its name.
+async fn named_server(name: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}",
+                            name.len()
+                        );
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (port, task)
+}
+
+/// One keep-alive client: sends GET / back to back until `stop`, recording (sent at,
+/// server that answered) per request.
+async fn client(
+    addr: SocketAddr,
+    stop: watch::Receiver<bool>,
+    log: Arc<Mutex<Vec<(Instant, String)>>>,
+) {
+    let mut conn = TcpStream::connect(addr).await.expect("connect");
+    let mut buf = vec![0u8; 4096];
+    while !*stop.borrow() {
+        let sent = Instant::now();
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: web\r\n\r\n")
+            .await
+            .expect("send");
+        let mut got = Vec::new();
+        // Each answer is small: read until its body (the server's name, 2 bytes) is in.
+        loop {
+            let n = conn.read(&mut buf).await.expect("read");
+            assert!(n > 0, "the proxy closed a keep-alive connection");
+            got.extend_from_slice(&buf[..n]);
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n")
+                && got.len() >= end + 4 + 2
+            {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 6]).to_string();
+                assert!(
+                    got.starts_with(b"HTTP/1.1 200"),
+                    "{}",
+                    String::from_utf8_lossy(&got)
+                );
+                log.lock().unwrap().push((sent, body));
+                break;
+            }
+        }
+    }
+}
+
+/// True when one GET / on a new connection is answered 200.
+async fn serves(addr: SocketAddr) -> bool {
+    let Ok(mut conn) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
+    if conn.write_all(request).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer).await;
+    answer.starts_with(b"HTTP/1.1 200")
+}
+
+/// S-MT3: 20 times, Maintenance on b1 then off, under keep-alive load from 4 clients: no
+/// request sent after an "on" call answered and before the next "off" call was sent is
+/// served by b1, and b1 serves again between the calls (the load really runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt3_maintenance_holds_once_the_api_answers() {
+    let (p1, _s1) = named_server("b1").await;
+    let (p2, _s2) = named_server("b2").await;
+    let (api_port, web_port) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("lb-admin-holds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("lb.toml");
+    let text = format!(
+        r#"[api]
+listen = "127.0.0.1:{api_port}"
+token = "{TOKEN}"
+
+[[backend_service]]
+name = "b1"
+address = "127.0.0.1"
+port = {p1}
+
+[[backend_service]]
+name = "b2"
+address = "127.0.0.1"
+port = {p2}
+
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = {web_port}
+backends = ["b1", "b2"]
+"#
+    );
+    // Enough other vServices that publishing the selections takes milliseconds, as in a
+    // large configuration: a daemon that answers before publishing is caught in that gap.
+    let mut text = text;
+    for b in 0..50 {
+        text += &format!(
+            "\n[[backend_service]]\nname = \"n{b}\"\naddress = \"10.1.0.{}\"\nport = 80\n",
+            b + 1
+        );
+    }
+    let list: Vec<String> = (0..50).map(|b| format!("\"n{b}\"")).collect();
+    for v in 0..200 {
+        text += &format!(
+            "\n[[vservice]]\nname = \"net{v}\"\nkind = \"tcp-l4\"\naddress = \"10.2.{}.{}\"\n\
+             port = 80\nmaglev_size = 251\nbackends = [{}]\n",
+            v / 250,
+            v % 250 + 1,
+            list.join(", ")
+        );
+    }
+    std::fs::write(&path, text).expect("write config");
+    let cfg = lb::config::load(&path).expect("valid config");
+    let running = lb::daemon::start(None, cfg, path.clone())
+        .await
+        .expect("daemon starts");
+    let (stop_api, stop_api_rx) = watch::channel(false);
+    let listen: SocketAddr = format!("127.0.0.1:{api_port}").parse().expect("addr");
+    let server = tokio::spawn(lb::api::serve(
+        running.daemon.clone(),
+        listen,
+        Some(TOKEN.into()),
+        stop_api_rx,
+    ));
+    let api = ApiClient::new(
+        &format!("http://127.0.0.1:{api_port}"),
+        Some(TOKEN.into()),
+        Duration::from_secs(20),
+    );
+    let started = Instant::now();
+    while api.call(Method::GET, "/api/v1/status", None).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "API never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
+    // The first selections are published by the health reflection once it has run.
+    while !serves(web).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "web never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (stop, stop_rx) = watch::channel(false);
+    let clients: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(client(web, stop_rx.clone(), log.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // [answer of "on", sending of "off") for each round.
+    let mut held = Vec::new();
+    let maintenance = |on: bool| {
+        let api = &api;
+        async move {
+            let answer = api
+                .call(
+                    Method::POST,
+                    "/api/v1/backends/b1/maintenance",
+                    Some(&json!({ "on": on })),
+                )
+                .await
+                .expect("API call");
+            assert_eq!(answer.status, 200, "{}", answer.body);
+        }
+    };
+    for _ in 0..20 {
+        maintenance(true).await;
+        let on = Instant::now();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let off = Instant::now();
+        maintenance(false).await;
+        held.push((on, off));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let _ = stop.send(true);
+    for c in clients {
+        c.await.expect("client");
+    }
+    let log = log.lock().unwrap().clone();
+    let violations: Vec<_> = log
+        .iter()
+        .filter(|(sent, server)| {
+            server == "b1" && held.iter().any(|(on, off)| sent >= on && sent < off)
+        })
+        .collect();
+    let b1 = log.iter().filter(|(_, s)| s == "b1").count();
+    println!(
+        "{} requests, {b1} served by b1, {} sent during Maintenance and served by b1",
+        log.len(),
+        violations.len()
+    );
+    assert!(
+        b1 > 20,
+        "b1 served between the calls: {b1} of {}",
+        log.len()
+    );
+    assert!(
+        violations.is_empty(),
+        "{} requests reached b1 after the API answered",
+        violations.len()
+    );
+
+    let _ = stop_api.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    running.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
