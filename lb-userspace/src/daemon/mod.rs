@@ -283,10 +283,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let d = daemon.clone();
-    let cadence = Cadence {
-        down_every: cfg.reflection.l7_delay,
-        up_every: cfg.reflection.l7_delay,
-    };
+    let cadence = Cadence::l7_within(cfg.reflection.l7_delay);
     tasks.push(tokio::spawn(reflect(
         engine,
         cadence,

@@ -28,7 +28,7 @@ pub use history::{CheckRecord, MAX_CHECKS, MAX_TRANSITIONS, Transition};
 pub use http::HttpProbe;
 pub use ping::PingProbe;
 pub use probe::{BoxFuture, NetworkProbes, Probe, ProbeFactory, ProbeResult};
-pub use reflect::{Cadence, View, reflect};
+pub use reflect::{Cadence, L7_TICK, View, reflect};
 pub use state::{HealthState, StateMachine};
 pub use tcp::TcpProbe;
 pub use thread::EngineThread;

@@ -26,6 +26,26 @@ pub struct Cadence {
     pub up_every: Duration,
 }
 
+/// The longest tick of the L7 reflection: decisions closer together than this reach the
+/// proxy together (a mass change republishes the selections once per tick, not once per
+/// service), and no decision waits longer.
+pub const L7_TICK: Duration = Duration::from_millis(250);
+
+impl Cadence {
+    /// The L7 cadence for S-RF1's bound (`[reflection] l7_delay`, default 2.5 s): every
+    /// decision reaches HTTP and L7 TCP traffic within the bound, on a tick of at most
+    /// [`L7_TICK`]. A tick of the whole bound would add up to 2.5 s to the decision itself and
+    /// break S-RF3's rows in the worst case (a closed port decided after 2 s then waiting
+    /// 2.5 s is out after 4.5 s, not "1-4 s").
+    pub fn l7_within(bound: Duration) -> Cadence {
+        let period = bound.min(L7_TICK);
+        Cadence {
+            down_every: period,
+            up_every: period,
+        }
+    }
+}
+
 /// Per-service health as one kind of traffic sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
