@@ -1,8 +1,10 @@
-//! S-MT3 ("Maintenance applies at once") as an operator's script relies on it: once
-//! `POST .../maintenance {"on": true}` has answered, no request sent after the answer reaches
-//! that server. A REAL daemon (no XDP) serves an HTTP vService over two plain HTTP/1.1
-//! backends on 127.0.0.1 while four keep-alive clients send requests back to back; each
-//! client records when it sent each request and which server answered.
+//! What an operator's script relies on, against a REAL daemon (no XDP) serving an HTTP
+//! vService over plain HTTP/1.1 backends on 127.0.0.1:
+//! - S-MT3 ("Maintenance applies at once"): once `POST .../maintenance {"on": true}` has
+//!   answered, no request sent after the answer reaches that server, while four keep-alive
+//!   clients send requests back to back (each records when it sent and who answered);
+//! - a restart keeps the health decisions: the new `lb run` serves at once instead of
+//!   holding every checked server in Preparing for RS checks.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -252,5 +254,80 @@ backends = ["b1", "b2"]
     let _ = stop_api.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     running.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 18: `lb run` saves its health decisions (every second and when it stops) and a
+/// restart within 30 s starts from them: a server checked OK before the restart takes
+/// requests at once, where Preparing would refuse them (503) for RS x P = 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_health_decisions() {
+    let (p1, _s1) = named_server("b1").await;
+    let (api_port, web_port) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("lb-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("lb.toml");
+    let text = format!(
+        r#"[api]
+listen = "127.0.0.1:{api_port}"
+
+[[health_check]]
+name = "tcp"
+type = "tcp"
+period = 1
+timeout = 1
+required_successes = 3
+
+[[backend_service]]
+name = "b1"
+address = "127.0.0.1"
+port = {p1}
+health_check = "tcp"
+
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = {web_port}
+backends = ["b1"]
+"#
+    );
+    std::fs::write(&path, text).expect("write config");
+    let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
+    let start = || async {
+        let cfg = lb::config::load(&path).expect("valid config");
+        lb::daemon::start(None, cfg, path.clone())
+            .await
+            .expect("daemon starts")
+    };
+    let first = start().await;
+    let started = Instant::now();
+    while !serves(web).await {
+        assert!(started.elapsed() < Duration::from_secs(10), "never OK");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let warm_up = started.elapsed();
+    assert!(
+        warm_up >= Duration::from_millis(1500),
+        "a fresh start waits for RS checks: {warm_up:?}"
+    );
+    first.stop().await;
+    let second = start().await;
+    let restarted = Instant::now();
+    while !serves(web).await {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(10),
+            "never served after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after_restart = restarted.elapsed();
+    println!("first start served after {warm_up:?}, the restart after {after_restart:?}");
+    assert!(
+        after_restart < Duration::from_millis(1000),
+        "the restart served after {after_restart:?}: the saved OK was not kept"
+    );
+    second.stop().await;
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
     let _ = std::fs::remove_dir_all(&dir);
 }

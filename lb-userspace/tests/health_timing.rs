@@ -228,6 +228,62 @@ async fn s_hc5_dual_stack_service_is_decided_per_family() {
     );
 }
 
+// S-HC5 across a restart (issue 18): a service whose saved state matches its address, port
+// and profile starts in that state, not Preparing, and its checks go on from there; one
+// whose port changed starts in Preparing.
+#[tokio::test(start_paused = true)]
+async fn s_hc5_a_restart_keeps_the_saved_state_of_an_unchanged_service() {
+    use lb::health::{EngineOptions, HealthEngine, Restored};
+    let check = defaults();
+    let saved = |port: u16| Restored {
+        state: HealthState::Ok,
+        address: "127.0.0.1".parse().unwrap(),
+        port,
+        check: "hc".into(),
+    };
+    let restored = [("web", saved(8080)), ("moved", saved(9999))]
+        .into_iter()
+        .map(|(n, r)| (n.to_string(), r))
+        .collect();
+    let refusing = Scripts(
+        [(
+            "web".to_string(),
+            std::sync::Arc::new(Script {
+                origin: tokio::time::Instant::now(),
+                phases: vec![(secs(0.0), Behaviour::Refuse)],
+            }),
+        )]
+        .into(),
+    );
+    let engine = HealthEngine::start_with(
+        &[service("web", Some("hc")), service("moved", Some("hc"))],
+        std::slice::from_ref(&check),
+        EngineOptions {
+            probes: std::sync::Arc::new(refusing),
+            spread_first_checks: false,
+            runtime: None,
+            restored,
+        },
+    );
+    let snapshot = engine.snapshot();
+    assert_eq!(
+        snapshot.state("web"),
+        Some(HealthState::Ok),
+        "restored at once"
+    );
+    assert_eq!(
+        snapshot.state("moved"),
+        Some(HealthState::Preparing),
+        "port changed"
+    );
+    let restored = engine.transitions("web");
+    assert_eq!(restored[0].reason, "restored from the previous run");
+    // The checks go on from OK: RF = 2 refusals decide Error, from OK.
+    sleep(secs(2.5)).await;
+    let last = engine.transitions("web").pop().expect("a decision");
+    assert_eq!((last.from, last.to), (HealthState::Ok, HealthState::Error));
+}
+
 // S-HC3: a silent check lasts exactly T, a refused one ends at once, and the next check
 // starts exactly P after the previous one ended: checks never overlap.
 #[tokio::test(start_paused = true)]

@@ -15,7 +15,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-pub use report::{HealthReport, ReportService, ReportTransition, read_report, report_path};
+pub use report::{
+    HealthReport, ReportService, ReportTransition, read_report, report_path, states_path,
+};
 
 use crate::config::{self, Config};
 use crate::gslb::Gslb;
@@ -253,11 +255,15 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         false => Some(Gslb::start(cfg.clone()).await?),
     };
     let engine_thread = EngineThread::start().context("starting the health checks' thread")?;
+    // A restart (an upgrade, a crash) within 30 s keeps every service's decision instead of
+    // sending them all back to Preparing, which would refuse traffic until RS checks pass.
+    let states_path = report::states_path(&config_path);
     let engine = Arc::new(HealthEngine::start_with(
         &cfg.backend_services,
         &cfg.health_checks,
         EngineOptions {
             runtime: Some(engine_thread.handle()),
+            restored: report::read_states(&states_path, report::RESTORE_WITHIN),
             ..EngineOptions::default()
         },
     ));
@@ -292,6 +298,30 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         stop_rx.clone(),
         move |v: &View| d.publish_selections(Some(v)),
     )));
+    {
+        let d = daemon.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                let stopping = tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+                    _ = stop.changed() => true,
+                };
+                let states = report::current_states(&d.config(), &d.engine);
+                // Saved when they change, and once more at the end (its time counts).
+                if stopping || last.as_ref() != Some(&states) {
+                    if let Err(e) = report::save_states(&states_path, &states) {
+                        warn!("saving health states to {}: {e:#}", states_path.display());
+                    }
+                    last = Some(states);
+                }
+                if stopping {
+                    break;
+                }
+            }
+        }));
+    }
     if let Some(dir) = pin_dir {
         let d = daemon.clone();
         let mut stop = stop_rx.clone();

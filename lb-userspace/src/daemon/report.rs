@@ -1,7 +1,7 @@
 //! The health report: what the running daemon knows about health, written beside the
 //! data-path state for `lb status` and served by the API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::health::{HealthEngine, View};
+use crate::health::{HealthEngine, Restored, View};
 use crate::selection::{Health, server_state};
 
 /// One health transition as reported.
@@ -126,4 +126,146 @@ pub(crate) fn write_report(path: &Path, report: &HealthReport) -> Result<()> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(report)?)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+/// A restart within this long after the last save starts services in their saved states.
+pub const RESTORE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The saved health states, as written.
+#[derive(Serialize, Deserialize)]
+struct SavedStates {
+    saved_at_unix_ms: u64,
+    services: BTreeMap<String, Restored>,
+}
+
+/// Where `lb run` with configuration `config_path` saves its health states across restarts.
+pub fn states_path(config_path: &Path) -> PathBuf {
+    let absolute = std::fs::canonicalize(config_path).unwrap_or_else(|_| config_path.into());
+    let flat: String = absolute
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| if c == '/' { '-' } else { c })
+        .collect();
+    Path::new("/run/lb").join(format!("{flat}.states.json"))
+}
+
+/// Every checked service's decided state (OK or Error), with what it was decided for.
+pub(crate) fn current_states(cfg: &Config, engine: &HealthEngine) -> BTreeMap<String, Restored> {
+    let snap = engine.snapshot();
+    let mut out = BTreeMap::new();
+    for svc in &cfg.backend_services {
+        let Some(check) = &svc.health_check else {
+            continue;
+        };
+        for (key, address) in svc.health_targets() {
+            let Some(h) = snap.services.get(key.as_ref()) else {
+                continue;
+            };
+            if h.checked && h.state != Health::Preparing {
+                let saved = Restored {
+                    state: h.state,
+                    address,
+                    port: svc.port,
+                    check: check.clone(),
+                };
+                out.insert(key.into_owned(), saved);
+            }
+        }
+    }
+    out
+}
+
+/// Writes `services` as the states saved now.
+pub(crate) fn save_states(path: &Path, services: &BTreeMap<String, Restored>) -> Result<()> {
+    let saved = SavedStates {
+        saved_at_unix_ms: unix_ms(),
+        services: services.clone(),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&saved)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The states saved at `path` within `within` of now; empty (with a warning) when the file
+/// is unreadable or corrupt, empty (with a note) when it is older.
+pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, Restored> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return HashMap::new(),
+        Err(e) => {
+            tracing::warn!(
+                "saved health states {}: {e}; checks start from Preparing",
+                path.display()
+            );
+            return HashMap::new();
+        }
+    };
+    let saved: SavedStates = match serde_json::from_slice(&bytes) {
+        Ok(saved) => saved,
+        Err(e) => {
+            tracing::warn!(
+                "saved health states {} are corrupt ({e}); checks start from Preparing",
+                path.display()
+            );
+            return HashMap::new();
+        }
+    };
+    let age = unix_ms().saturating_sub(saved.saved_at_unix_ms);
+    if age > within.as_millis() as u64 {
+        tracing::info!(
+            age_s = age / 1000,
+            "saved health states are too old; checks start from Preparing"
+        );
+        return HashMap::new();
+    }
+    tracing::info!(
+        services = saved.services.len(),
+        age_ms = age,
+        "health states restored from the previous run"
+    );
+    saved.services.into_iter().collect()
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No SPEC rule covers restarts; issue 18 asks that a stale or corrupt saved state be
+    /// ignored (checks start from Preparing) and a fresh one restored.
+    #[test]
+    fn saved_states_are_restored_only_fresh_and_well_formed() {
+        let dir = std::env::temp_dir().join(format!("lb-states-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("states.json");
+        let within = std::time::Duration::from_secs(30);
+        let web = Restored {
+            state: Health::Ok,
+            address: "127.0.0.1".parse().expect("ip"),
+            port: 80,
+            check: "tcp".into(),
+        };
+        save_states(&path, &[("web".to_string(), web.clone())].into()).expect("save");
+        assert_eq!(read_states(&path, within).get("web"), Some(&web));
+        std::fs::write(&path, b"{ not json").expect("write");
+        assert!(read_states(&path, within).is_empty(), "corrupt");
+        let stale = format!(
+            r#"{{"saved_at_unix_ms": {}, "services": {{}}}}"#,
+            unix_ms() - 31_000
+        );
+        std::fs::write(&path, stale).expect("write");
+        assert!(read_states(&path, within).is_empty(), "older than 30 s");
+        assert!(read_states(&dir.join("absent.json"), within).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

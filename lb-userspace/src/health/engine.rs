@@ -56,6 +56,23 @@ pub struct EngineOptions {
     /// The runtime the check tasks run on (e.g. an [`super::EngineThread`]'s); None: the
     /// runtime the engine is started from.
     pub runtime: Option<tokio::runtime::Handle>,
+    /// States decided by the previous run (a restart): a service whose address, port and
+    /// profile are the same starts in its saved OK or Error state instead of Preparing, its
+    /// checks running as usual. Used by the first `start` only.
+    pub restored: HashMap<String, Restored>,
+}
+
+/// A service's state as a previous run decided it, with what it was decided for.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Restored {
+    /// OK or Error (Preparing is never restored).
+    pub state: HealthState,
+    /// The address checked.
+    pub address: IpAddr,
+    /// The port checked.
+    pub port: u16,
+    /// The profile's name.
+    pub check: String,
 }
 
 impl Default for EngineOptions {
@@ -64,6 +81,7 @@ impl Default for EngineOptions {
             probes: Arc::new(NetworkProbes),
             spread_first_checks: true,
             runtime: None,
+            restored: HashMap::new(),
         }
     }
 }
@@ -150,7 +168,8 @@ impl HealthEngine {
                 runtime,
             }),
         };
-        engine.update(services, checks);
+        let restored = engine.shared.options.restored.clone();
+        engine.update_with(services, checks, &restored);
         engine
     }
 
@@ -190,6 +209,16 @@ impl HealthEngine {
     /// profile are unchanged keep their state and schedule; a changed or newly assigned
     /// profile starts again from Preparing (S-HC5); removed services disappear.
     pub fn update(&self, services: &[BackendService], checks: &[HealthCheck]) {
+        self.update_with(services, checks, &HashMap::new());
+    }
+
+    /// [`Self::update`], new services starting in their `restored` state where it applies.
+    fn update_with(
+        &self,
+        services: &[BackendService],
+        checks: &[HealthCheck],
+        restored: &HashMap<String, Restored>,
+    ) {
         let targets = targets(services);
         let services = targets.as_slice();
         let shared = &self.shared;
@@ -223,11 +252,28 @@ impl HealthEngine {
             if let Some(old) = registry.entries.get_mut(&service.name) {
                 abort(old);
             }
-            let state = if spec.check.is_some() {
-                HealthState::Preparing
-            } else {
-                HealthState::Ok
+            let is_new = previous.is_none();
+            let saved = restored.get(&service.name).filter(|r| {
+                is_new
+                    && r.state != HealthState::Preparing
+                    && r.address == spec.address
+                    && r.port == spec.port
+                    && spec.check.as_ref().is_some_and(|c| c.name == r.check)
+            });
+            let state = match (&spec.check, saved) {
+                (Some(_), Some(saved)) => saved.state,
+                (Some(_), None) => HealthState::Preparing,
+                (None, _) => HealthState::Ok,
             };
+            if saved.is_some() {
+                lock(&log).push_transition(Transition {
+                    at: shared.clock.now(),
+                    from: HealthState::Preparing,
+                    to: state,
+                    reason: "restored from the previous run".to_string(),
+                    check_duration: Duration::ZERO,
+                });
+            }
             if let Some(from) = previous.filter(|&from| from != state) {
                 let reason = if spec.check.is_some() {
                     "health check (re)assigned"
@@ -245,10 +291,8 @@ impl HealthEngine {
             let task = spec.check.as_ref().map(|profile| {
                 registry.next_task += 1;
                 let id = registry.next_task;
-                (
-                    id,
-                    spawn_check(shared, service, profile, id, Arc::clone(&log)),
-                )
+                let log = Arc::clone(&log);
+                (id, spawn_check(shared, service, profile, id, log, state))
             });
             registry.entries.insert(
                 service.name.clone(),
@@ -393,6 +437,7 @@ fn spawn_check(
     profile: &Arc<HealthCheck>,
     task_id: u64,
     log: Arc<Mutex<ServiceLog>>,
+    initial: HealthState,
 ) -> JoinHandle<()> {
     let first_delay = if shared.options.spread_first_checks && !profile.period.is_zero() {
         rand::rng().random_range(Duration::ZERO..profile.period)
@@ -406,6 +451,7 @@ fn spawn_check(
         first_delay,
         log,
         clock: shared.clock,
+        initial,
     };
     // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
     let weak = Arc::downgrade(shared);

@@ -23,7 +23,7 @@ mod tls;
 
 pub use clock::{Clock, Stamp};
 pub use dns::DnsProbe;
-pub use engine::{EngineOptions, HealthEngine, HealthSnapshot, ServiceHealth};
+pub use engine::{EngineOptions, HealthEngine, HealthSnapshot, Restored, ServiceHealth};
 pub use history::{CheckRecord, MAX_CHECKS, MAX_TRANSITIONS, Transition};
 pub use http::HttpProbe;
 pub use ping::PingProbe;

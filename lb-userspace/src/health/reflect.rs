@@ -86,7 +86,9 @@ impl View {
                 changed |= *slot != HealthState::Ok;
                 *slot = HealthState::Ok;
             } else if let std::collections::hash_map::Entry::Vacant(v) = entry {
-                v.insert(HealthState::Preparing);
+                // A service new to this view takes the engine's state as it is: Preparing,
+                // or the state restored from the previous run (a restart is no change).
+                v.insert(h.state);
                 changed = true;
             }
         }

@@ -11,7 +11,7 @@ use crate::config::HealthCheck;
 use super::clock::Clock;
 use super::history::{CheckRecord, ServiceLog, Transition};
 use super::probe::{Probe, ProbeResult, fmt_ms};
-use super::state::StateMachine;
+use super::state::{HealthState, StateMachine};
 
 /// Shortest period honoured, so a zero period cannot spin a core.
 const MIN_PERIOD: Duration = Duration::from_millis(10);
@@ -30,6 +30,9 @@ pub(crate) struct CheckTask {
     pub log: Arc<Mutex<ServiceLog>>,
     /// Time stamps.
     pub clock: Clock,
+    /// Where the state machine starts: Preparing, or the state restored from the previous
+    /// run.
+    pub initial: HealthState,
 }
 
 /// Runs checks until the task is aborted; `on_change` receives every state change.
@@ -41,9 +44,11 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
         first_delay,
         log,
         clock,
+        initial,
     } = task;
     let period = profile.period.max(MIN_PERIOD);
-    let mut machine = StateMachine::new(profile.required_successes, profile.required_failures);
+    let mut machine = StateMachine::new(profile.required_successes, profile.required_failures)
+        .starting_in(initial);
     sleep(first_delay).await;
     loop {
         let started = Instant::now();

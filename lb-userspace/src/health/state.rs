@@ -4,11 +4,12 @@
 use std::fmt;
 
 /// Health of a Backend Service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum HealthState {
     /// A newly assigned check has not yet decided; the service gets no traffic (S-HC5).
     Preparing,
     /// Healthy, or without a health check (S-HC6).
+    #[serde(rename = "OK")]
     Ok,
     /// Failed its check RF times in a row.
     Error,
@@ -44,6 +45,12 @@ impl StateMachine {
             required_successes: required_successes.max(1),
             required_failures: required_failures.max(1),
         }
+    }
+
+    /// The same machine starting in `state` (a state restored from a previous run).
+    pub fn starting_in(mut self, state: HealthState) -> Self {
+        self.state = state;
+        self
     }
 
     /// The current state.

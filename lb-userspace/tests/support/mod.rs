@@ -140,7 +140,7 @@ pub fn start(
     let options = EngineOptions {
         probes: Arc::new(Scripts(scripts)),
         spread_first_checks: spread,
-        runtime: None,
+        ..EngineOptions::default()
     };
     HealthEngine::start_with(services, std::slice::from_ref(check), options)
 }
