@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::health::{HealthEngine, Restored, View};
+use crate::network::{run_file, write_atomically};
 use crate::selection::{Health, server_state};
 
 /// One health transition as reported.
@@ -56,13 +57,7 @@ pub struct HealthReport {
 
 /// Where the running daemon of `pin_dir` writes its report.
 pub fn report_path(pin_dir: &Path) -> PathBuf {
-    let flat: String = pin_dir
-        .to_string_lossy()
-        .trim_matches('/')
-        .chars()
-        .map(|c| if c == '/' { '-' } else { c })
-        .collect();
-    Path::new("/run/lb").join(format!("{flat}.health.json"))
+    run_file(pin_dir, "health.json")
 }
 
 /// The last report of the daemon of `pin_dir`, if one ran.
@@ -119,13 +114,7 @@ pub(crate) fn build_report(
 }
 
 pub(crate) fn write_report(path: &Path, report: &HealthReport) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    write_atomically(path, &serde_json::to_vec_pretty(report)?)
 }
 
 /// A restart within this long after the last save starts services in their saved states.
@@ -141,13 +130,7 @@ struct SavedStates {
 /// Where `lb run` with configuration `config_path` saves its health states across restarts.
 pub fn states_path(config_path: &Path) -> PathBuf {
     let absolute = std::fs::canonicalize(config_path).unwrap_or_else(|_| config_path.into());
-    let flat: String = absolute
-        .to_string_lossy()
-        .trim_matches('/')
-        .chars()
-        .map(|c| if c == '/' { '-' } else { c })
-        .collect();
-    Path::new("/run/lb").join(format!("{flat}.states.json"))
+    run_file(&absolute, "states.json")
 }
 
 /// Every checked service's decided state (OK or Error), with what it was decided for.
@@ -182,13 +165,7 @@ pub(crate) fn save_states(path: &Path, services: &BTreeMap<String, Restored>) ->
         saved_at_unix_ms: unix_ms(),
         services: services.clone(),
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&saved)?)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    write_atomically(path, &serde_json::to_vec(&saved)?)
 }
 
 /// The states saved at `path` within `within` of now; empty (with a warning) when the file

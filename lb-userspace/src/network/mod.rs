@@ -15,5 +15,6 @@ pub use loader::{
 };
 pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};
+pub(crate) use state::{run_file, write_atomically};
 pub use status::{BackendStatus, Status, VipStatus};
 pub use writer::{apply, apply_plan};

@@ -45,15 +45,33 @@ pub(crate) struct SlotState {
     pub active: bool,
 }
 
-/// The state file of a pin directory: /run/lb/<pin dir with / as ->.json.
-fn path_for(pin_dir: &Path) -> PathBuf {
-    let flat: String = pin_dir
+/// A file of this machine's runtime state for `key` (a pin directory, a configuration
+/// path): `/run/lb/<key with / as ->.<suffix>`, so two data paths or daemons never share one.
+pub(crate) fn run_file(key: &Path, suffix: &str) -> PathBuf {
+    let flat: String = key
         .to_string_lossy()
         .trim_matches('/')
         .chars()
         .map(|c| if c == '/' { '-' } else { c })
         .collect();
-    Path::new("/run/lb").join(format!("{flat}.json"))
+    Path::new("/run/lb").join(format!("{flat}.{suffix}"))
+}
+
+/// Writes `bytes` to `path` atomically (a sibling file renamed over it): a reader sees the
+/// old contents or the new, never a part.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+/// The state file of a pin directory.
+fn path_for(pin_dir: &Path) -> PathBuf {
+    run_file(pin_dir, "json")
 }
 
 impl State {
@@ -70,15 +88,7 @@ impl State {
 
     /// Writes the state atomically (write + rename).
     pub fn write(&self, pin_dir: &Path) -> Result<()> {
-        let path = path_for(pin_dir);
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-        Ok(())
+        write_atomically(&path_for(pin_dir), &serde_json::to_vec_pretty(self)?)
     }
 
     /// Forgets the state of an unloaded data path.
