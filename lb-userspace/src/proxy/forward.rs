@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::header::{HOST, HeaderValue, SET_COOKIE};
+use hyper::header::{HOST, HeaderName, HeaderValue, SET_COOKIE};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody, UpstreamBody};
@@ -109,11 +109,11 @@ fn to_upstream(
 /// limit is enforced by hyper while reading it.
 fn over_limits(req: &Request<Incoming>, limits: HeaderLimits) -> Option<StatusCode> {
     let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    if req.method().as_str().len() + target + " HTTP/1.1".len() + 1 > limits.line {
+    if !limits.request_line_fits(req.method().as_str().len(), target) {
         return Some(StatusCode::URI_TOO_LONG);
     }
-    req.headers()
-        .iter()
-        .any(|(name, value)| name.as_str().len() + ": ".len() + value.len() > limits.line)
-        .then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    let fits = |(name, value): (&HeaderName, &HeaderValue)| {
+        limits.header_line_fits(name.as_str().len(), value.len())
+    };
+    (!req.headers().iter().all(fits)).then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
 }

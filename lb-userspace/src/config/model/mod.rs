@@ -92,6 +92,18 @@ impl Default for HeaderLimits {
     }
 }
 
+impl HeaderLimits {
+    /// Whether the request line `METHOD TARGET HTTP/1.1` (lengths of its parts) fits.
+    pub fn request_line_fits(&self, method: usize, target: usize) -> bool {
+        method + 1 + target + " HTTP/1.1".len() <= self.line
+    }
+
+    /// Whether the header line `NAME: VALUE` (lengths of its parts) fits.
+    pub fn header_line_fits(&self, name: usize, value: usize) -> bool {
+        name + ": ".len() + value <= self.line
+    }
+}
+
 /// Where the REST API, the Live Stats page and /metrics listen.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiSettings {

@@ -127,7 +127,7 @@ impl Head {
         let Some(n) = head_length(parsed, input, limits.head, "invalid request head")? else {
             return Ok(Parsed::Partial);
         };
-        check_lines(&req, limits.line)?;
+        check_lines(&req, limits)?;
         self.reset(&input[..n]);
         let (method, path) = (req.method.unwrap_or(""), req.path.unwrap_or(""));
         self.first = Span::of(input, method.as_bytes());
@@ -415,19 +415,17 @@ fn head_length(
     Ok(complete.then_some(n))
 }
 
-/// Refuses a complete request head with a line longer than `max`: the request line (414),
+/// Refuses a complete request head with a line over `limits.line`: the request line (414),
 /// or a header's `name: value` (431).
-fn check_lines(req: &httparse::Request<'_, '_>, max: usize) -> Result<(), HeadError> {
-    let method = req.method.map_or(0, str::len);
-    let target = req.path.map_or(0, str::len);
-    // "METHOD TARGET HTTP/1.1"
-    if method + target + " HTTP/1.1".len() + 1 > max {
+fn check_lines(req: &httparse::Request<'_, '_>, limits: HeaderLimits) -> Result<(), HeadError> {
+    let (method, target) = (req.method.unwrap_or(""), req.path.unwrap_or(""));
+    if !limits.request_line_fits(method.len(), target.len()) {
         return Err(HeadError::LineTooLong);
     }
-    if req
+    if !req
         .headers
         .iter()
-        .any(|h| h.name.len() + ": ".len() + h.value.len() > max)
+        .all(|h| limits.header_line_fits(h.name.len(), h.value.len()))
     {
         return Err(HeadError::TooLarge);
     }
