@@ -89,6 +89,30 @@ async fn client(
     }
 }
 
+/// Writes `text` as `lb.toml` in a fresh directory named after `tag`; returns its path.
+fn config_file(tag: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lb-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("lb.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// `lb run` (without XDP) on the configuration at `path`.
+async fn start_daemon(path: &std::path::Path) -> lb::daemon::Running {
+    let cfg = lb::config::load(path).expect("valid config");
+    lb::daemon::start(None, cfg, path.to_path_buf())
+        .await
+        .expect("daemon starts")
+}
+
+/// Deletes the directory `config_file` made.
+fn remove_config(path: &std::path::Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// True when one GET / on a new connection is answered 200.
 async fn serves(addr: SocketAddr) -> bool {
     let Ok(mut conn) = TcpStream::connect(addr).await else {
@@ -111,9 +135,6 @@ async fn s_mt3_maintenance_holds_once_the_api_answers() {
     let (p1, _s1) = named_server("b1").await;
     let (p2, _s2) = named_server("b2").await;
     let (api_port, web_port) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("lb-admin-holds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join("lb.toml");
     let text = format!(
         r#"[api]
 listen = "127.0.0.1:{api_port}"
@@ -156,11 +177,8 @@ backends = ["b1", "b2"]
             list.join(", ")
         );
     }
-    std::fs::write(&path, text).expect("write config");
-    let cfg = lb::config::load(&path).expect("valid config");
-    let running = lb::daemon::start(None, cfg, path.clone())
-        .await
-        .expect("daemon starts");
+    let path = config_file("admin-holds", &text);
+    let running = start_daemon(&path).await;
     let (stop_api, stop_api_rx) = watch::channel(false);
     let listen: SocketAddr = format!("127.0.0.1:{api_port}").parse().expect("addr");
     let server = tokio::spawn(lb::api::serve(
@@ -254,7 +272,7 @@ backends = ["b1", "b2"]
     let _ = stop_api.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config(&path);
 }
 
 /// Issue 18: `lb run` saves its health decisions (every second and when it stops) and a
@@ -264,9 +282,6 @@ backends = ["b1", "b2"]
 async fn a_restart_keeps_health_decisions() {
     let (p1, _s1) = named_server("b1").await;
     let (api_port, web_port) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("lb-restart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join("lb.toml");
     let text = format!(
         r#"[api]
 listen = "127.0.0.1:{api_port}"
@@ -292,15 +307,9 @@ port = {web_port}
 backends = ["b1"]
 "#
     );
-    std::fs::write(&path, text).expect("write config");
+    let path = config_file("restart", &text);
     let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
-    let start = || async {
-        let cfg = lb::config::load(&path).expect("valid config");
-        lb::daemon::start(None, cfg, path.clone())
-            .await
-            .expect("daemon starts")
-    };
-    let first = start().await;
+    let first = start_daemon(&path).await;
     let started = Instant::now();
     while !serves(web).await {
         assert!(started.elapsed() < Duration::from_secs(10), "never OK");
@@ -312,7 +321,7 @@ backends = ["b1"]
         "a fresh start waits for RS checks: {warm_up:?}"
     );
     first.stop().await;
-    let second = start().await;
+    let second = start_daemon(&path).await;
     let restarted = Instant::now();
     while !serves(web).await {
         assert!(
@@ -329,5 +338,5 @@ backends = ["b1"]
     );
     second.stop().await;
     let _ = std::fs::remove_file(lb::daemon::states_path(&path));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config(&path);
 }
