@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::health::{HealthEngine, Restored, View};
+use crate::health::{HealthEngine, Restored, View, unix_ms_now};
 use crate::network::{run_file, write_atomically};
 use crate::selection::{Health, server_state};
 
@@ -162,7 +162,7 @@ pub(crate) fn current_states(cfg: &Config, engine: &HealthEngine) -> BTreeMap<St
 /// Writes `services` as the states saved now.
 pub(crate) fn save_states(path: &Path, services: &BTreeMap<String, Restored>) -> Result<()> {
     let saved = SavedStates {
-        saved_at_unix_ms: unix_ms(),
+        saved_at_unix_ms: unix_ms_now(),
         services: services.clone(),
     };
     write_atomically(path, &serde_json::to_vec(&saved)?)
@@ -192,7 +192,7 @@ pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, 
             return HashMap::new();
         }
     };
-    let age = unix_ms().saturating_sub(saved.saved_at_unix_ms);
+    let age = unix_ms_now().saturating_sub(saved.saved_at_unix_ms);
     if age > within.as_millis() as u64 {
         tracing::info!(
             age_s = age / 1000,
@@ -206,12 +206,6 @@ pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, 
         "health states restored from the previous run"
     );
     saved.services.into_iter().collect()
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -238,7 +232,7 @@ mod tests {
         assert!(read_states(&path, within).is_empty(), "corrupt");
         let stale = format!(
             r#"{{"saved_at_unix_ms": {}, "services": {{}}}}"#,
-            unix_ms() - 31_000
+            unix_ms_now() - 31_000
         );
         std::fs::write(&path, stale).expect("write");
         assert!(read_states(&path, within).is_empty(), "older than 30 s");

@@ -53,9 +53,17 @@ pub struct Stamp {
 impl Stamp {
     /// Milliseconds since the Unix epoch, the form logs and the API show.
     pub fn unix_ms(&self) -> u64 {
-        self.at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+        unix_ms_of(self.at)
     }
+}
+
+/// Milliseconds since the Unix epoch now (wall time written to files that outlive a run).
+pub fn unix_ms_now() -> u64 {
+    unix_ms_of(SystemTime::now())
+}
+
+fn unix_ms_of(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }

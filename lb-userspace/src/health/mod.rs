@@ -21,7 +21,7 @@ mod tcp;
 mod thread;
 mod tls;
 
-pub use clock::{Clock, Stamp};
+pub use clock::{Clock, Stamp, unix_ms_now};
 pub use dns::DnsProbe;
 pub use engine::{EngineOptions, HealthEngine, HealthSnapshot, Restored, ServiceHealth};
 pub use history::{CheckRecord, MAX_CHECKS, MAX_TRANSITIONS, Transition};
