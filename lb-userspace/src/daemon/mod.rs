@@ -41,8 +41,8 @@ pub struct Daemon {
     reload: watch::Sender<u64>,
     /// One configuration change at a time.
     applying: tokio::sync::Mutex<()>,
-    /// One publication of the L7 selections at a time, each from the newest configuration.
-    publishing: Mutex<()>,
+    /// The reload generation the published L7 selections include: an apply waits for it.
+    published: watch::Sender<u64>,
     /// HTTP and L7 TCP vServices (binds nothing when there are none).
     proxy: Proxy,
     /// DNS vServices (S-GS), started with the first one configured.
@@ -52,24 +52,6 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Publishes the L7 selections computed from the running configuration and `view` (the
-    /// health L7 traffic follows; None keeps the current one). Serialized, and the
-    /// configuration is read inside, so a computation from an older configuration never
-    /// replaces a newer one.
-    fn publish_selections(&self, view: Option<&View>) {
-        let _one = self
-            .publishing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(view) = view {
-            self.l7_view.store(Arc::new(view.clone()));
-        }
-        let cfg = self.config.load();
-        let view = self.l7_view.load();
-        self.selections
-            .store(Selections::compute(&cfg, &|n| view.get(n)));
-    }
-
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
@@ -177,9 +159,6 @@ impl Daemon {
             }
         }
         self.config.store(cfg.clone());
-        // Admin changes (Maintenance, Backup, weight) hold for L7 traffic when this returns:
-        // a request picked after the API answered sees them (S-MT3).
-        self.publish_selections(None);
         self.engine
             .update(&cfg.backend_services, &cfg.health_checks);
         if let Some(n) = self
@@ -191,6 +170,17 @@ impl Daemon {
             n.update(cfg.clone());
         }
         self.reload.send_modify(|g| *g += 1);
+        // Admin changes (Maintenance, Backup, weight) hold for L7 traffic when this returns:
+        // a request picked after the API answered sees them (S-MT3).
+        let target = *self.reload.borrow();
+        let mut published = self.published.subscribe();
+        let wait = published.wait_for(|&generation| generation >= target);
+        if tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .is_err()
+        {
+            warn!("the L7 selections were not republished within 5 s of a configuration change");
+        }
         info!("configuration applied");
         Ok(())
     }
@@ -281,7 +271,7 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         pin_dir: pin_dir.clone(),
         reload,
         applying: tokio::sync::Mutex::new(()),
-        publishing: Mutex::new(()),
+        published: watch::channel(0).0,
         proxy,
         gslb: tokio::sync::Mutex::new(gslb),
         _engine_thread: engine_thread,
@@ -296,7 +286,14 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
         View::default(),
         reload_rx,
         stop_rx.clone(),
-        move |v: &View| d.publish_selections(Some(v)),
+        move |v: &View| {
+            // Read first: the configuration loaded next is at least that reload's.
+            let generation = *d.reload.borrow();
+            let cfg = d.config.load();
+            d.selections.store(Selections::compute(&cfg, &|n| v.get(n)));
+            d.l7_view.store(Arc::new(v.clone()));
+            d.published.send_replace(generation);
+        },
     )));
     {
         let d = daemon.clone();
