@@ -184,6 +184,58 @@ fn retries_out_of_range_or_on_a_network_vservice_name_the_field() {
     );
 }
 
+/// S-RT1, S-RT2: `retry_on` names its conditions; the ones after a request went exist only
+/// for http; `retry_budget` is a percentage.
+#[test]
+fn retry_on_and_retry_budget_name_what_is_wrong() {
+    let kind = |kind: &'static str, extra: &'static str| {
+        let more = vservice(&["port = 80", "backends = [\"web1\"]", extra]);
+        more.into_iter()
+            .map(|l| if l == "kind = \"tcp-l4\"" { kind } else { l })
+            .collect::<Vec<_>>()
+    };
+    let http = |extra| kind("kind = \"http\"", extra);
+    assert_issue(
+        &with_backends(&http("retry_on = [\"connect-failure\", \"5xx\"]")),
+        "vservice[0].retry_on[1]",
+        27,
+        "unknown retry condition `5xx`; expected connect-failure, empty-response or response-timeout",
+    );
+    assert_issue(
+        &with_backends(&kind(
+            "kind = \"l7-tcp\"",
+            "retry_on = [\"empty-response\"]",
+        )),
+        "vservice[0].retry_on[0]",
+        27,
+        "`empty-response` applies only to http vServices",
+    );
+    assert_issue(
+        &with_backends(&http("retry_budget = 150")),
+        "vservice[0].retry_budget",
+        27,
+        "150 is out of range 0..=100",
+    );
+    let cfg = parse(
+        &with_backends(&http("retry_on = [\"response-timeout\"]")),
+        "lb.toml",
+    );
+    let retry = cfg.expect("valid").vservices[0]
+        .l7
+        .as_ref()
+        .map(|l7| l7.retry)
+        .expect("l7");
+    assert_eq!(
+        (
+            retry.on_connect_failure,
+            retry.on_empty_response,
+            retry.on_response_timeout
+        ),
+        (false, false, true),
+        "a written list replaces the default one"
+    );
+}
+
 #[test]
 fn unknown_field_is_named() {
     let more = vservice(&["port = 80", "backends = [\"web1\"]", "colour = \"blue\""]);

@@ -556,7 +556,7 @@ impl Env {
                     keep_alive: Duration::from_secs(30),
                 },
                 queue_size: 1024,
-                retries: lb::config::DEFAULT_RETRIES,
+                retry: Default::default(),
                 tls: None,
                 error_page: None,
                 forwarded_headers: true,

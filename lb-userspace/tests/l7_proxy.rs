@@ -233,7 +233,7 @@ fn l7(timeouts: Timeouts) -> L7Settings {
         persistence: Persistence::None,
         timeouts,
         queue_size: 1024,
-        retries: lb::config::DEFAULT_RETRIES,
+        retry: Default::default(),
         tls: None,
         error_page: None,
         forwarded_headers: true,
@@ -582,8 +582,8 @@ async fn s_bk9_no_backend_answers_503_with_the_configured_or_built_in_page_and_c
     );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(t.hits(), 0);
-    assert_eq!(env.stats("plain").unavailable, 1);
-    assert_eq!(env.stats("tcp").unavailable, 1);
+    assert_eq!(env.stats("plain").counts.unavailable, 1);
+    assert_eq!(env.stats("tcp").counts.unavailable, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -923,7 +923,7 @@ async fn malformed_request_gets_400_without_reaching_a_backend() {
     let reply = raw(env.addr("web"), b"\x01\x02garbage\r\n\r\n").await;
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
     assert_eq!(a.hits(), 0);
-    assert_eq!(env.stats("web").bad_requests, 2);
+    assert_eq!(env.stats("web").counts.bad_requests, 2);
 }
 
 /// An address nothing listens on: connecting is refused at once.
@@ -945,7 +945,7 @@ async fn a_refused_connect_is_retried_on_another_server() {
     let web = vservice("web", VServiceKind::Http, &["dead", "a"]);
     let mut strict = vservice("strict", VServiceKind::Http, &["dead", "a"]);
     if let Some(l7) = strict.l7.as_mut() {
-        l7.retries = 0;
+        l7.retry.retries = 0;
     }
     let env = Env::start(config(
         vec![service("a", a.addr), service("dead", dead)],
@@ -958,7 +958,7 @@ async fn a_refused_connect_is_retried_on_another_server() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
     }
     assert_eq!(a.hits(), 20);
-    let retries = env.stats("web").retries;
+    let retries = env.stats("web").counts.retries;
     assert!(
         (5..=15).contains(&retries),
         "round robin sent about half to `dead` first: {retries}"
@@ -976,7 +976,7 @@ async fn a_refused_connect_is_retried_on_another_server() {
         bad_gateway >= 5,
         "without retries the refused ones fail: {bad_gateway}"
     );
-    assert_eq!(env.stats("strict").retries, 0);
+    assert_eq!(env.stats("strict").counts.retries, 0);
 }
 
 /// The same for an L7 TCP vService: a refused connect is retried on another server before
@@ -1005,10 +1005,196 @@ async fn an_l7_tcp_connect_that_fails_goes_to_another_server() {
     }
     assert_eq!(t.hits(), 10);
     assert!(
-        env.stats("tcp").retries >= 3,
+        env.stats("tcp").counts.retries >= 3,
         "{}",
-        env.stats("tcp").retries
+        env.stats("tcp").counts.retries
     );
+}
+
+/// What a scripted backend does with each request it reads.
+#[derive(Clone, Copy)]
+enum Unanswered {
+    /// Closes the connection without a byte of answer.
+    Close,
+    /// Keeps the connection open without answering; reports when the proxy closes it.
+    Hang,
+}
+
+/// A backend that never answers: counts the requests it reads and, for [`Unanswered::Hang`],
+/// sends how long each connection stayed open after its request.
+async fn unanswering_backend(
+    how: Unanswered,
+) -> (
+    SocketAddr,
+    Arc<AtomicUsize>,
+    tokio::sync::mpsc::UnboundedReceiver<Duration>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
+    let seen = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                if !matches!(s.read(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                if let Unanswered::Hang = how {
+                    let since = tokio::time::Instant::now();
+                    let wait = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf));
+                    let _ = wait.await;
+                    let _ = closed_tx.send(since.elapsed());
+                }
+            });
+        }
+    });
+    (addr, hits, closed_rx)
+}
+
+/// POST with a small body on a new connection: the status.
+async fn post(addr: SocketAddr) -> StatusCode {
+    let answer = raw(
+        addr,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx",
+    )
+    .await;
+    let code = answer.get(9..12).and_then(|c| c.parse::<u16>().ok());
+    code.and_then(|c| StatusCode::from_u16(c).ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
+/// S-RT1: a server that closes the connection after reading the request, before any byte of
+/// the answer, may have acted on it: an idempotent request (GET, here also with a body held
+/// whole) goes to another server, a POST does not (502). S-RT2: a request tries each server
+/// at most once, so two such servers cannot make it loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt1_s_rt2_an_unanswered_idempotent_request_goes_to_another_server_a_post_does_not() {
+    let a = http_backend("a").await;
+    let (mute, mute_hits, _) = unanswering_backend(Unanswered::Close).await;
+    let (mute2, mute2_hits, _) = unanswering_backend(Unanswered::Close).await;
+    let mut looping = vservice("looping", VServiceKind::Http, &["mute", "mute2"]);
+    if let Some(l7) = looping.l7.as_mut() {
+        l7.retry.retries = 10;
+    }
+    let env = Env::start(config(
+        vec![
+            service("a", a.addr),
+            service("mute", mute),
+            service("mute2", mute2),
+        ],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["mute", "a"]), looping],
+    ))
+    .await;
+    for _ in 0..10 {
+        let (status, _, body) = get(env.addr("web"), "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    }
+    let put = raw(
+        env.addr("web"),
+        b"PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    )
+    .await;
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+    let sent_to_mute = mute_hits.load(Ordering::SeqCst);
+    assert!(
+        sent_to_mute >= 3,
+        "round robin tried `mute` first: {sent_to_mute}"
+    );
+    let stats = env.stats("web");
+    assert_eq!(stats.counts.retries as usize, sent_to_mute);
+    let mute_stats = stats.pool.backends.iter().find(|b| b.name == "mute");
+    let left_mute = mute_stats.map(|b| (b.retries, b.redispatches));
+    assert_eq!(left_mute, Some((sent_to_mute as u64, sent_to_mute as u64)));
+
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(post(env.addr("web")).await);
+    }
+    let bad_gateway = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::BAD_GATEWAY)
+        .count();
+    assert!(
+        bad_gateway >= 3,
+        "POSTs that reached `mute` are not resent: {statuses:?}"
+    );
+    assert_eq!(env.stats("web").counts.retries as usize, sent_to_mute);
+
+    let before = mute_hits.load(Ordering::SeqCst) + mute2_hits.load(Ordering::SeqCst);
+    assert_eq!(
+        get(env.addr("looping"), "/").await.0,
+        StatusCode::BAD_GATEWAY
+    );
+    let after = mute_hits.load(Ordering::SeqCst) + mute2_hits.load(Ordering::SeqCst);
+    assert_eq!(after - before, 2, "one try per server, then 502");
+}
+
+/// S-RT1: a client that leaves while its request waits for an answer cancels it: the proxy
+/// closes the backend connection at once (it is not left open until the server answers, nor
+/// pooled), and counts a client abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt1_a_client_that_leaves_cancels_its_upstream_request() {
+    let (hang, hits, mut closed) = unanswering_backend(Unanswered::Hang).await;
+    let env = Env::start(config(
+        vec![service("hang", hang)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["hang"])],
+    ))
+    .await;
+    let mut client = TcpStream::connect(env.addr("web")).await.expect("connect");
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the request reached the server"
+    );
+    drop(client);
+    let open = tokio::time::timeout(Duration::from_secs(5), closed.recv())
+        .await
+        .expect("the backend connection closes soon after the client left")
+        .expect("reported");
+    assert!(
+        open < Duration::from_secs(2),
+        "closed {open:?} after the request"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(env.stats("web").counts.client_aborts, 1);
+}
+
+/// A server silent past the server timeout gets 504, counted; by default a timeout is not
+/// retried (`retry_on` lacks `response-timeout`), so the server saw one try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_answered_504_and_counted() {
+    let (hang, hits, _closed) = unanswering_backend(Unanswered::Hang).await;
+    let (hang2, hits2, _closed2) = unanswering_backend(Unanswered::Hang).await;
+    let mut web = vservice("web", VServiceKind::Http, &["hang", "hang2"]);
+    if let Some(l7) = web.l7.as_mut() {
+        l7.timeouts.server = Duration::from_millis(300);
+    }
+    let env = Env::start(config(
+        vec![service("hang", hang), service("hang2", hang2)],
+        vec![],
+        vec![web],
+    ))
+    .await;
+    assert_eq!(
+        get(env.addr("web"), "/").await.0,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+    let tries = hits.load(Ordering::SeqCst) + hits2.load(Ordering::SeqCst);
+    assert_eq!(tries, 1);
+    let counts = env.stats("web").counts;
+    assert_eq!((counts.server_timeouts, counts.retries), (1, 0));
 }
 
 /// No SPEC rule covers header sizes; issue 18 asks for `[proxy] max_header_bytes` (16 KiB)
@@ -1177,7 +1363,7 @@ async fn upstream_closing_mid_response_aborts_that_response_only_and_is_counted(
     // Counted, and other requests are unaffected.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stats = env.stats("bad");
-    assert_eq!(stats.upstream_aborts, 1);
+    assert_eq!(stats.counts.upstream_aborts, 1);
     assert_eq!(
         stats
             .pool

@@ -9,6 +9,8 @@ use axum::response::IntoResponse;
 
 use super::ApiState;
 use super::view::Snapshot;
+use crate::proxy::VsCounts;
+use crate::proxy::balance::BackendStats;
 
 /// Reads one counter of an XDP counter block.
 type CounterOf = fn(&lb_common::Counters) -> u64;
@@ -179,32 +181,38 @@ pub(crate) fn render(st: &ApiState) -> String {
         }
     }
     if let Some(proxy) = &snap.proxy {
-        o.family(
-            "lb_l7_requests_total",
-            "counter",
-            "Requests (HTTP) or connections (L7 TCP) per backend.",
-        );
-        for (vs, c) in proxy {
-            for (b, v) in &c.backends {
-                o.sample(
-                    "lb_l7_requests_total",
-                    &[("vservice", vs), ("backend", b)],
-                    v[1],
-                );
-            }
-        }
-        o.family(
-            "lb_l7_current_sessions",
-            "gauge",
-            "Open requests or connections per backend.",
-        );
-        for (vs, c) in proxy {
-            for (b, v) in &c.backends {
-                o.sample(
-                    "lb_l7_current_sessions",
-                    &[("vservice", vs), ("backend", b)],
-                    v[0],
-                );
+        let per_backend: [(&str, &str, &str, BackendCountOf); 4] = [
+            (
+                "lb_l7_requests_total",
+                "counter",
+                "Requests (HTTP) or connections (L7 TCP) per backend.",
+                |b| b.total,
+            ),
+            (
+                "lb_l7_current_sessions",
+                "gauge",
+                "Open requests or connections per backend.",
+                |b| b.current,
+            ),
+            (
+                "lb_l7_retries_total",
+                "counter",
+                "Requests (HTTP) or connections (L7 TCP) sent again after failing on a backend, by the backend they left.",
+                |b| b.retries,
+            ),
+            (
+                "lb_l7_redispatches_total",
+                "counter",
+                "Retries that went to another backend, by the backend they left.",
+                |b| b.redispatches,
+            ),
+        ];
+        for (family, kind, help, read) in per_backend {
+            o.family(family, kind, help);
+            for (vs, c) in proxy {
+                for (b, v) in &c.backends {
+                    o.sample(family, &[("vservice", vs), ("backend", b)], read(v));
+                }
             }
         }
         o.family(
@@ -214,41 +222,52 @@ pub(crate) fn render(st: &ApiState) -> String {
         );
         for (vs, c) in proxy {
             for (b, v) in &c.backends {
-                o.sample(
-                    "lb_l7_bytes_total",
-                    &[("vservice", vs), ("backend", b), ("direction", "in")],
-                    v[2],
-                );
-                o.sample(
-                    "lb_l7_bytes_total",
-                    &[("vservice", vs), ("backend", b), ("direction", "out")],
-                    v[3],
-                );
+                for (direction, n) in [("in", v.bytes_in), ("out", v.bytes_out)] {
+                    let labels = [
+                        ("vservice", vs.as_str()),
+                        ("backend", b),
+                        ("direction", direction),
+                    ];
+                    o.sample("lb_l7_bytes_total", &labels, n);
+                }
             }
         }
-        o.family(
-            "lb_l7_unavailable_total",
-            "counter",
-            "Requests refused because nothing could serve (S-BK9).",
-        );
-        for (vs, c) in proxy {
-            o.sample(
+        let per_vservice: [(&str, &str, CountOf); 4] = [
+            (
                 "lb_l7_unavailable_total",
-                &[("vservice", vs)],
-                c.unavailable,
-            );
-        }
-        o.family(
-            "lb_l7_retries_total",
-            "counter",
-            "Requests (HTTP) or connections (L7 TCP) sent to another server after a failed connect.",
-        );
-        for (vs, c) in proxy {
-            o.sample("lb_l7_retries_total", &[("vservice", vs)], c.retries);
+                "Requests refused because nothing could serve (S-BK9).",
+                |c| c.unavailable,
+            ),
+            (
+                "lb_l7_retries_refused_total",
+                "Retries not made because the vService's retry budget was spent.",
+                |c| c.retries_refused,
+            ),
+            (
+                "lb_l7_client_aborts_total",
+                "Requests whose client left before the answer: the upstream request was cancelled.",
+                |c| c.client_aborts,
+            ),
+            (
+                "lb_l7_server_timeouts_total",
+                "Requests answered 504: the backend stayed silent past the server timeout.",
+                |c| c.server_timeouts,
+            ),
+        ];
+        for (family, help, read) in per_vservice {
+            o.family(family, "counter", help);
+            for (vs, c) in proxy {
+                o.sample(family, &[("vservice", vs)], read(&c.counts));
+            }
         }
     }
     o.0
 }
+
+/// Reads one counter of a vService.
+type CountOf = fn(&VsCounts) -> u64;
+/// Reads one counter of a backend within a vService.
+type BackendCountOf = fn(&BackendStats) -> u64;
 
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(st): State<ApiState>) -> impl IntoResponse {

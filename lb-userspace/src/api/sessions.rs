@@ -29,20 +29,13 @@ pub(crate) fn l7_counters(daemon: &Daemon) -> Option<BTreeMap<String, L7Counters
         let backends = vs
             .pool
             .backends
-            .iter()
-            .map(|b| {
-                (
-                    b.name.clone(),
-                    [b.current, b.total, b.bytes_in, b.bytes_out],
-                )
-            })
+            .into_iter()
+            .map(|b| (b.name.clone(), b))
             .collect();
         out.insert(
             vs.name.clone(),
             L7Counters {
-                requests: vs.requests,
-                unavailable: vs.unavailable,
-                retries: vs.retries,
+                counts: vs.counts,
                 backends,
             },
         );

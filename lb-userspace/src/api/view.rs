@@ -9,19 +9,17 @@ use serde::Serialize;
 use crate::config::{ByName, Config, PortSpec, VService, VServiceKind};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
+use crate::proxy::VsCounts;
+use crate::proxy::balance::BackendStats;
 use crate::selection::{ApplyAdmin, Health, ListSelection, Model, Policy, Selections, Tier};
 
 /// L7 counters of one vService, read from the proxy.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct L7Counters {
-    /// Requests (HTTP) or connections (L7 TCP) accepted.
-    pub requests: u64,
-    /// Refused because nothing could serve (S-BK9).
-    pub unavailable: u64,
-    /// Sent to another server after a failed connect.
-    pub retries: u64,
-    /// Per backend: (current, total, bytes_in, bytes_out).
-    pub backends: BTreeMap<String, [u64; 4]>,
+    /// The vService's own counters.
+    pub counts: VsCounts,
+    /// Per backend that has served it.
+    pub backends: BTreeMap<String, BackendStats>,
 }
 
 /// Everything one answer needs, read once.
@@ -166,10 +164,15 @@ impl Snapshot {
             }));
         }
         let l7 = self.proxy.as_ref()?.get(&vs.name)?;
-        let sum = |i: usize| l7.backends.values().map(|b| b[i]).sum::<u64>();
+        let mut all = BackendStats::default();
+        l7.backends.values().for_each(|b| all.absorb(b));
+        let c = &l7.counts;
         Some(serde_json::json!({
-            "requests": l7.requests, "current": sum(0), "bytes_in": sum(2),
-            "bytes_out": sum(3), "unavailable": l7.unavailable, "retries": l7.retries,
+            "requests": c.requests, "current": all.current, "bytes_in": all.bytes_in,
+            "bytes_out": all.bytes_out, "unavailable": c.unavailable, "retries": c.retries,
+            "retries_refused": c.retries_refused, "client_aborts": c.client_aborts,
+            "server_timeouts": c.server_timeouts, "upstream_aborts": c.upstream_aborts,
+            "bad_requests": c.bad_requests,
         }))
     }
 
@@ -177,15 +180,10 @@ impl Snapshot {
     pub(crate) fn backend(&self, name: &str) -> Option<BackendView> {
         let svc = self.cfg.backend_services.iter().find(|s| s.name == name)?;
         let rs = self.report.services.get(name);
-        let proxy: Option<[u64; 4]> = self.proxy.as_ref().and_then(|p| {
-            let mut found = None;
-            for vs in p.values() {
-                if let Some(b) = vs.backends.get(name) {
-                    let acc = found.get_or_insert([0u64; 4]);
-                    for i in 0..4 {
-                        acc[i] += b[i];
-                    }
-                }
+        let proxy: Option<BackendStats> = self.proxy.as_ref().and_then(|p| {
+            let mut found: Option<BackendStats> = None;
+            for b in p.values().filter_map(|vs| vs.backends.get(name)) {
+                found.get_or_insert_default().absorb(b);
             }
             found
         });
@@ -211,11 +209,7 @@ impl Snapshot {
                 .iter()
                 .any(|v| v.name == u.vservice && !v.kind.is_network())
         });
-        let proxy = proxy.or(if in_l7 && self.proxy.is_some() {
-            Some([0; 4])
-        } else {
-            None
-        });
+        let proxy = proxy.or_else(|| (in_l7 && self.proxy.is_some()).then(BackendStats::default));
         let address6 = svc.address6.map(|a| a.to_string());
         let health6 = svc
             .address6
@@ -238,10 +232,12 @@ impl Snapshot {
                 .cloned()
                 .unwrap_or_else(|| "OK".into()),
             used_in,
-            current_sessions: proxy.map(|p| p[0]),
-            total: proxy.map(|p| p[1]),
-            bytes_in: proxy.map(|p| p[2]),
-            bytes_out: proxy.map(|p| p[3]),
+            current_sessions: proxy.as_ref().map(|p| p.current),
+            total: proxy.as_ref().map(|p| p.total),
+            bytes_in: proxy.as_ref().map(|p| p.bytes_in),
+            bytes_out: proxy.as_ref().map(|p| p.bytes_out),
+            retries: proxy.as_ref().map(|p| p.retries),
+            redispatches: proxy.as_ref().map(|p| p.redispatches),
             packets: xdp.map(|x| x[0]),
             bytes: xdp.map(|x| x[1]),
             new_flows: xdp.map(|x| x[2]),
@@ -327,6 +323,10 @@ pub(crate) struct BackendView {
     pub total: Option<u64>,
     pub bytes_in: Option<u64>,
     pub bytes_out: Option<u64>,
+    /// L7: requests or connections sent again after failing on it.
+    pub retries: Option<u64>,
+    /// L7: of those, the ones that went to another Backend Service.
+    pub redispatches: Option<u64>,
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
     pub new_flows: Option<u64>,

@@ -18,15 +18,16 @@ use super::runtime::VsCounters;
 /// Errors a response body can end with.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The client's request body on its way to the backend.
+/// The client's request body on its way to the backend (None: the request has none, so it
+/// can be sent again to another server).
 pub(crate) struct RequestBody {
-    inner: Incoming,
+    inner: Option<Incoming>,
     lease: Arc<Lease>,
 }
 
 impl RequestBody {
     /// Wraps `inner`, adding its bytes to `lease` as "from client".
-    pub(crate) fn new(inner: Incoming, lease: Arc<Lease>) -> RequestBody {
+    pub(crate) fn new(inner: Option<Incoming>, lease: Arc<Lease>) -> RequestBody {
         RequestBody { inner, lease }
     }
 }
@@ -39,7 +40,10 @@ impl Body for RequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = ready!(Pin::new(inner).poll_frame(cx));
         if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
             self.lease.add_bytes(data.map_or(0, |d| d.len() as u64), 0);
         }
@@ -47,11 +51,13 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 

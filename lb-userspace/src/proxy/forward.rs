@@ -4,13 +4,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::header::{HOST, HeaderName, HeaderValue, SET_COOKIE};
+use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody, UpstreamBody};
 use super::headers;
 use super::responses;
+use super::retry::{self, Failure, Tries};
 use super::runtime::VsRuntime;
 use crate::config::{HeaderLimits, Persistence};
 
@@ -32,10 +34,13 @@ pub(crate) async fn handle(
         Persistence::Cookie(c) => Some(c),
         _ => None,
     };
-    let pin_key = cookie_cfg.and_then(|c| headers::cookie(req.headers(), &c.name));
+    let pin_key = cookie_cfg
+        .and_then(|c| headers::cookie(req.headers(), &c.name))
+        .map(str::to_owned);
+    let pin_key = pin_key.as_deref();
     let set = settings.conditions.pick(&req, client);
     let acquire = rt.acquire(&settings, set, client, pin_key);
-    let lease = match acquire.await {
+    let mut lease = match acquire.await {
         Ok(lease) => Arc::new(lease),
         Err(error) => {
             tracing::debug!(vservice = %rt.name, %error, "503");
@@ -46,28 +51,58 @@ pub(crate) async fn handle(
     let Some(upstream) = settings.upstream.clone() else {
         return responses::status(StatusCode::INTERNAL_SERVER_ERROR);
     };
+    let forwarded = settings.l7.forwarded_headers.then_some((client, tls));
+    let (parts, body) = req.into_parts();
+    // A request without a body can be sent again whole: after a failed connect to another
+    // server whatever its method, after a failure once sent only when idempotent (S-RT1).
+    // One with a body streams into its first try and is not retried.
+    let mut body = (!body.is_end_stream()).then_some(body);
+    let resendable = body.is_none();
+    let idempotent = retry::idempotent(parts.method.as_str());
+    let mut tries = Tries::new(&rt, settings.l7.retry);
+    let server_timeout = settings.l7.timeouts.server;
+    let resp = loop {
+        let body = RequestBody::new(body.take(), lease.clone());
+        let Some(req) = to_upstream(&parts, body, lease.addr(), forwarded) else {
+            return responses::status(StatusCode::BAD_REQUEST);
+        };
+        let failure = match tokio::time::timeout(server_timeout, upstream.request(req)).await {
+            Ok(Ok(resp)) => break resp,
+            Ok(Err(error)) => {
+                tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "no answer");
+                if error.is_connect() {
+                    Failure::Connect
+                } else {
+                    Failure::EmptyResponse
+                }
+            }
+            Err(_) => {
+                tracing::debug!(vservice = %rt.name, backend = lease.backend(), "no answer within the server timeout");
+                Failure::ResponseTimeout
+            }
+        };
+        lease.fail();
+        let replayable = resendable && (failure == Failure::Connect || idempotent);
+        if resendable
+            && tries.again(failure, &lease, replayable)
+            && let Ok(other) = rt
+                .acquire_other(&settings, set, client, pin_key, tries.failed())
+                .await
+        {
+            tries.count(&lease);
+            lease = Arc::new(other);
+            continue;
+        }
+        if failure == Failure::ResponseTimeout {
+            rt.counters.count_server_timeout();
+            return responses::status(StatusCode::GATEWAY_TIMEOUT);
+        }
+        return responses::status(StatusCode::BAD_GATEWAY);
+    };
+    drop(tries);
     let set_cookie = cookie_cfg
         .zip(lease.set_cookie())
         .and_then(|(c, value)| headers::set_cookie(c, value));
-    let forwarded = settings.l7.forwarded_headers.then_some((client, tls));
-    let req = match to_upstream(req, lease.addr(), forwarded, lease.clone()) {
-        Some(req) => req,
-        None => return responses::status(StatusCode::BAD_REQUEST),
-    };
-    let server_timeout = settings.l7.timeouts.server;
-    let resp = match tokio::time::timeout(server_timeout, upstream.request(req)).await {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(error)) => {
-            tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "502");
-            lease.fail();
-            return responses::status(StatusCode::BAD_GATEWAY);
-        }
-        Err(_) => {
-            tracing::debug!(vservice = %rt.name, backend = lease.backend(), "504");
-            lease.fail();
-            return responses::status(StatusCode::GATEWAY_TIMEOUT);
-        }
-    };
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     if let Some(value) = set_cookie {
@@ -79,29 +114,32 @@ pub(crate) async fn handle(
 
 /// The request as sent to `backend` over HTTP/1.1: absolute URI to the backend, Host kept
 /// (taken from the HTTP/2 authority if there is no Host header), hop-by-hop headers removed,
-/// X-Forwarded-For/-Proto added when `forwarded` is set. None if the URI cannot be rebuilt.
+/// X-Forwarded-For/-Proto added when `forwarded` is set. Built from the client's request
+/// head each try. None if the URI cannot be rebuilt.
 fn to_upstream(
-    req: Request<Incoming>,
+    client: &Parts,
+    body: RequestBody,
     backend: SocketAddr,
     forwarded: Option<(IpAddr, bool)>,
-    lease: Arc<super::balance::Lease>,
 ) -> Option<Request<RequestBody>> {
-    let (mut parts, body) = req.into_parts();
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let host = parts.uri.authority().map(|a| a.as_str().to_string());
-    parts.uri = Uri::try_from(format!("http://{backend}{path}")).ok()?;
-    parts.version = Version::HTTP_11;
-    headers::strip_hop_by_hop(&mut parts.headers);
-    if !parts.headers.contains_key(HOST) {
-        let value = host.and_then(|h| HeaderValue::from_str(&h).ok());
-        if let Some(value) = value {
-            parts.headers.insert(HOST, value);
+    let path = client.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut req = Request::new(body);
+    *req.method_mut() = client.method.clone();
+    *req.uri_mut() = Uri::try_from(format!("http://{backend}{path}")).ok()?;
+    *req.version_mut() = Version::HTTP_11;
+    let headers = req.headers_mut();
+    *headers = client.headers.clone();
+    headers::strip_hop_by_hop(headers);
+    if !headers.contains_key(HOST) {
+        let host = client.uri.authority().map(|a| a.as_str());
+        if let Some(value) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
+            headers.insert(HOST, value);
         }
     }
     if let Some((client, tls)) = forwarded {
-        headers::add_forwarded(&mut parts.headers, client, tls);
+        headers::add_forwarded(headers, client, tls);
     }
-    Some(Request::from_parts(parts, RequestBody::new(body, lease)))
+    Some(req)
 }
 
 /// The answer to a request (HTTP/2, or HTTP/1.1 over TLS) with a line over

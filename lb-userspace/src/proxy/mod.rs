@@ -16,7 +16,9 @@ mod headers;
 mod http;
 mod listener;
 mod responses;
+mod retry;
 mod runtime;
+pub use runtime::VsCounts;
 mod sched;
 mod settings;
 mod tcp;
@@ -67,17 +69,8 @@ pub struct VsStats {
     pub kind: String,
     /// Bound address.
     pub listen: SocketAddr,
-    /// Requests (HTTP) or connections (L7 TCP) received.
-    pub requests: u64,
-    /// Malformed requests refused with 400/431 before reaching a backend.
-    pub bad_requests: u64,
-    /// 503 answers, or L7 TCP connections closed at once, for want of a backend (S-BK9) or
-    /// a full or timed-out queue (S-BK8).
-    pub unavailable: u64,
-    /// Responses or connections a backend cut short.
-    pub upstream_aborts: u64,
-    /// Requests or connections sent to another server after a failed connect (`retries`).
-    pub retries: u64,
+    /// Its counters.
+    pub counts: VsCounts,
     /// Per-backend counters of the vService's pool.
     pub pool: balance::PoolStats,
 }
@@ -166,16 +159,11 @@ impl Proxy {
             .values()
             .map(|l| {
                 let rt = &l.rt;
-                let (requests, bad_requests, unavailable, upstream_aborts) = rt.counters.read();
                 VsStats {
                     name: rt.name.clone(),
                     kind: kind_name(rt.kind).to_string(),
                     listen: rt.listen,
-                    requests,
-                    bad_requests,
-                    unavailable,
-                    upstream_aborts,
-                    retries: rt.counters.retries(),
+                    counts: rt.counters.read(),
                     pool: rt.pool.stats(),
                 }
             })
@@ -226,6 +214,7 @@ impl Proxy {
             pool,
             settings: ArcSwap::from_pointee(settings),
             counters: Arc::new(VsCounters::default()),
+            retry_budget: Default::default(),
             selections: self.selections.clone(),
         })
     }

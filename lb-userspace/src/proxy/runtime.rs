@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::balance::{BackendInfo, Counter, Lease, PickError, Pool};
+use super::retry::RetryBudget;
 use super::settings::VsSettings;
 use crate::config::VServiceKind;
 use crate::selection::{ListSelection, Published, Selections, Tier};
@@ -18,6 +19,9 @@ pub(crate) struct VsCounters {
     unavailable: Counter,
     upstream_aborts: Counter,
     retries: Counter,
+    retries_refused: Counter,
+    client_aborts: Counter,
+    server_timeouts: Counter,
 }
 
 impl VsCounters {
@@ -38,24 +42,59 @@ impl VsCounters {
         self.upstream_aborts.add(1);
     }
 
-    /// One more request or connection sent to another server after a failed connect.
+    /// One more request or connection sent to another server after a failed try.
     pub(crate) fn count_retry(&self) {
         self.retries.add(1);
     }
+    /// One more retry the vService's retry budget did not allow.
+    pub(crate) fn count_retry_refused(&self) {
+        self.retries_refused.add(1);
+    }
+    /// One more request whose client left before its answer (the upstream was cancelled).
+    pub(crate) fn count_client_abort(&self) {
+        self.client_aborts.add(1);
+    }
+    /// One more request answered 504: its server stayed silent past the server timeout.
+    pub(crate) fn count_server_timeout(&self) {
+        self.server_timeouts.add(1);
+    }
 
-    /// Requests or connections retried on another server.
-    pub(crate) fn retries(&self) -> u64 {
-        self.retries.get()
+    /// Every counter at this moment.
+    pub(crate) fn read(&self) -> VsCounts {
+        VsCounts {
+            requests: self.requests.get(),
+            bad_requests: self.bad_requests.get(),
+            unavailable: self.unavailable.get(),
+            upstream_aborts: self.upstream_aborts.get(),
+            retries: self.retries.get(),
+            retries_refused: self.retries_refused.get(),
+            client_aborts: self.client_aborts.get(),
+            server_timeouts: self.server_timeouts.get(),
+        }
     }
-    /// (requests, bad requests, unavailable, upstream aborts).
-    pub(crate) fn read(&self) -> (u64, u64, u64, u64) {
-        (
-            self.requests.get(),
-            self.bad_requests.get(),
-            self.unavailable.get(),
-            self.upstream_aborts.get(),
-        )
-    }
+}
+
+/// The counters of one vService at one moment (S-OB1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VsCounts {
+    /// Requests (HTTP) or connections (L7 TCP) received.
+    pub requests: u64,
+    /// Malformed requests refused with 400/414/431 before reaching a backend.
+    pub bad_requests: u64,
+    /// 503 answers, or L7 TCP connections closed at once, for want of a backend (S-BK9) or
+    /// a full or timed-out queue (S-BK8).
+    pub unavailable: u64,
+    /// Responses or connections a backend cut short.
+    pub upstream_aborts: u64,
+    /// Requests or connections sent to another server after a failed try (`retries`).
+    pub retries: u64,
+    /// Retries not made because the vService's retry budget was spent.
+    pub retries_refused: u64,
+    /// Requests whose client left before the answer came: the upstream request was
+    /// cancelled (its connection closed, not reused).
+    pub client_aborts: u64,
+    /// 504 answers: a server stayed silent past the server timeout.
+    pub server_timeouts: u64,
 }
 
 /// One running vService.
@@ -72,6 +111,8 @@ pub(crate) struct VsRuntime {
     pub(crate) settings: ArcSwap<VsSettings>,
     /// Counters.
     pub(crate) counters: Arc<VsCounters>,
+    /// Retries under way, against `retry_budget`.
+    pub(crate) retry_budget: RetryBudget,
     /// The selection snapshot the daemon publishes.
     pub(crate) selections: Arc<Published>,
 }

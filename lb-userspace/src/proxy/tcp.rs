@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::balance::Lease;
+use super::retry::{Failure, Tries};
 use super::runtime::VsRuntime;
 use super::upstream::connect_backend;
 
@@ -25,35 +26,37 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
     let timeouts = settings.l7.timeouts;
     let client_ip = peer.ip().to_canonical();
     // A refused or timed-out connect sent nothing: the client may go to another server of
-    // the list before it sees anything.
-    let mut tried: Vec<String> = Vec::new();
+    // the list before it sees anything (S-RT1).
+    let mut tries = Tries::new(&rt, settings.l7.retry);
+    let mut failed_on: Option<Arc<Lease>> = None;
     let (lease, mut backend) = loop {
-        let acquire = rt.acquire_other(&settings, None, client_ip, None, &tried);
+        let acquire = rt.acquire_other(&settings, None, client_ip, None, tries.failed());
         let lease = match acquire.await {
             Ok(lease) => Arc::new(lease),
             Err(error) => {
                 tracing::debug!(vservice = %rt.name, %peer, %error, "closing the client");
-                if tried.is_empty() {
+                if failed_on.is_none() {
                     rt.counters.count_unavailable();
                 }
                 return;
             }
         };
-        if !tried.is_empty() {
-            rt.counters.count_retry();
+        if let Some(failed) = failed_on.take() {
+            tries.count(&failed);
         }
         match connect_backend(lease.addr(), timeouts.connect).await {
             Ok(stream) => break (lease, stream),
             Err(error) => {
                 tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
                 lease.fail();
-                if tried.len() >= settings.l7.retries as usize {
+                if !tries.again(Failure::Connect, &lease, false) {
                     return;
                 }
-                tried.push(lease.backend().to_owned());
+                failed_on = Some(lease);
             }
         }
     };
+    drop(tries);
     let _ = client.set_nodelay(true);
     let mut client = client;
     match tunnel(&mut client, &mut backend, &lease, timeouts.client).await {

@@ -352,8 +352,45 @@ impl VService {
     }
 }
 
-/// Retries after a failed connect when a vService does not set `retries`.
+/// Retries per request when a vService does not set `retries`.
 pub const DEFAULT_RETRIES: u32 = 2;
+/// Share of a vService's requests that may be retries when it does not set `retry_budget`
+/// (Envoy's default budget).
+pub const DEFAULT_RETRY_BUDGET: u32 = 20;
+
+/// When a request or connection goes to another server (S-RT1, S-RT2): HAProxy's `retries`,
+/// `retry-on` and `option redispatch` together, with Envoy's retry budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Other servers one request (HTTP) or connection (L7 TCP) may try. Default 2; 0 answers
+    /// 502 (closes) at the first failure.
+    pub retries: u32,
+    /// Connecting failed (refused, unreachable, timed out): nothing reached the server, so
+    /// any method may go elsewhere. `connect-failure` in `retry_on`; on by default.
+    pub on_connect_failure: bool,
+    /// HTTP: the connection closed or reset after the request went and before any byte of
+    /// the answer; only idempotent requests whose body was held whole are sent again.
+    /// `empty-response`; on by default.
+    pub on_empty_response: bool,
+    /// HTTP: no answer within the server timeout; idempotent requests as above, and each try
+    /// waits its own server timeout. `response-timeout`; off by default.
+    pub on_response_timeout: bool,
+    /// Retries a vService may make, as a percentage of its requests, so a failing server
+    /// cannot double the load on the others (a few are always allowed). Default 20.
+    pub budget_percent: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            retries: DEFAULT_RETRIES,
+            on_connect_failure: true,
+            on_empty_response: true,
+            on_response_timeout: false,
+            budget_percent: DEFAULT_RETRY_BUDGET,
+        }
+    }
+}
 
 /// Settings of an HTTP or L7 TCP vService.
 #[derive(Clone, Debug, PartialEq)]
@@ -367,11 +404,8 @@ pub struct L7Settings {
     /// Requests (HTTP) or connections (L7 TCP) that may wait per backend at its connection
     /// limit; a full queue or a queue timeout answers 503 / closes. Default 1024.
     pub queue_size: usize,
-    /// How many other servers of the list a request (HTTP/1.1) or connection (L7 TCP) may
-    /// try when connecting to its server fails (refused, unreachable, timed out): nothing
-    /// reached the server, so any method may go elsewhere, like HAProxy's `retries` with
-    /// `option redispatch`. Default 2; 0 answers 502 (closes) at the first failure.
-    pub retries: u32,
+    /// When a request or connection may go to another server of its list.
+    pub retry: RetryPolicy,
     /// HTTP only: TLS towards clients (HTTP/1.1 and HTTP/2 by ALPN). None: plain (HTTP/1.1
     /// and h2c).
     pub tls: Option<TlsSettings>,

@@ -146,6 +146,8 @@ pub(in crate::config) struct RawVService {
     pub algorithm: Option<Spanned<RawAlgorithm>>,
     pub queue_size: Option<Spanned<i64>>,
     pub retries: Option<Spanned<i64>>,
+    pub retry_on: Option<Spanned<Vec<Spanned<String>>>>,
+    pub retry_budget: Option<Spanned<i64>>,
     pub error_page: Option<Spanned<String>>,
     pub forwarded_headers: Option<Spanned<bool>>,
     pub persistence: Option<Spanned<RawPersistence>>,

@@ -69,6 +69,15 @@ impl Lease {
     pub fn fail(&self) {
         self.backend.counters.failures.add(1);
     }
+
+    /// Counts the request/connection leaving this backend for another try: on another
+    /// backend (`redispatch`) or on a new connection to this one.
+    pub fn count_retry(&self, redispatch: bool) {
+        self.backend.counters.retries.add(1);
+        if redispatch {
+            self.backend.counters.redispatches.add(1);
+        }
+    }
 }
 
 impl Drop for Lease {

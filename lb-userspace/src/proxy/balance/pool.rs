@@ -190,6 +190,8 @@ impl Pool {
                     bytes_in: counters.bytes_in.get(),
                     bytes_out: counters.bytes_out.get(),
                     failures: counters.failures.get(),
+                    retries: counters.retries.get(),
+                    redispatches: counters.redispatches.get(),
                 }
             })
             .collect();
@@ -200,6 +202,16 @@ impl Pool {
             queue_full: self.refusals.queue_full.get(),
             queue_timeouts: self.refusals.queue_timeouts.get(),
         }
+    }
+
+    /// Requests or connections holding a slot on any backend now (what a retry budget is a
+    /// share of).
+    pub fn current(&self) -> u64 {
+        self.backends
+            .load()
+            .values()
+            .map(|b| b.gate.usage().open)
+            .sum()
     }
 
     /// Live persistence pins (Session Affinity Manager), sorted by key.

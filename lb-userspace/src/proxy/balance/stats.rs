@@ -13,6 +13,10 @@ pub(crate) struct Counters {
     pub bytes_out: Counter,
     /// Requests or connections that failed upstream.
     pub failures: Counter,
+    /// Requests or connections sent again after failing on this backend.
+    pub retries: Counter,
+    /// Of those, the ones sent to another backend (HAProxy's redispatches).
+    pub redispatches: Counter,
 }
 
 /// Pool-wide refusals, by cause.
@@ -95,4 +99,23 @@ pub struct BackendStats {
     pub bytes_out: u64,
     /// Requests or connections that failed upstream.
     pub failures: u64,
+    /// Requests or connections sent again after failing on it.
+    pub retries: u64,
+    /// Of those, the ones sent to another Backend Service.
+    pub redispatches: u64,
+}
+
+impl BackendStats {
+    /// Adds the counters of the same Backend Service in another vService (its totals over
+    /// every vService it serves).
+    pub fn absorb(&mut self, other: &BackendStats) {
+        self.current += other.current;
+        self.total += other.total;
+        self.queued += other.queued;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+        self.failures += other.failures;
+        self.retries += other.retries;
+        self.redispatches += other.redispatches;
+    }
 }

@@ -25,6 +25,8 @@ pub(crate) enum ReadError {
     TimedOut,
     /// The socket failed (reset, ...).
     Io(std::io::Error),
+    /// The client left while the read from its backend was awaited.
+    Cancelled,
 }
 
 impl std::fmt::Display for ReadError {
@@ -33,6 +35,7 @@ impl std::fmt::Display for ReadError {
             ReadError::Closed => f.write_str("connection closed"),
             ReadError::TimedOut => f.write_str("timed out"),
             ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Cancelled => f.write_str("client left"),
         }
     }
 }
@@ -142,7 +145,9 @@ impl BodyCopy {
                 Err(ReadError::Closed) if self.framing == Framing::UntilClose => return Ok(total),
                 Err(ReadError::Closed) => return Err(CopyError::Source("closed before the end")),
                 Err(ReadError::TimedOut) => return Err(CopyError::Source("silent too long")),
-                Err(ReadError::Io(_)) => return Err(CopyError::Source("connection failed")),
+                Err(ReadError::Io(_) | ReadError::Cancelled) => {
+                    return Err(CopyError::Source("connection failed"));
+                }
             }
         }
     }

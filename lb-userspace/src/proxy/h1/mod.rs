@@ -24,6 +24,7 @@ use super::balance::Lease;
 use super::headers;
 use super::listener::{Phase, closing};
 use super::responses::Local;
+use super::retry::{self, Failure, Tries};
 use super::runtime::VsRuntime;
 use super::settings::VsSettings;
 use super::tcp::tunnel;
@@ -35,6 +36,9 @@ use rewrite::{response_head, upstream_head};
 
 /// Initial capacity of the per-connection buffers.
 const BUF: usize = 8 * 1024;
+/// Pipelined request bytes read ahead while an answer is awaited, at most; beyond this the
+/// client is no longer watched for leaving until the answer comes.
+const PIPELINE_LIMIT: usize = 64 * 1024;
 
 /// One client connection and its reusable buffers.
 struct Conn {
@@ -59,10 +63,11 @@ struct Conn {
 
 /// Why a request did not reach its server.
 enum SendError {
-    /// Connecting failed: nothing was sent and nothing answered, so another server may
-    /// take the request.
-    Connect,
-    /// The client was answered (502/504) or the exchange cannot go on: what follows.
+    /// The try failed before any byte of an answer (connect, closed, silent): another
+    /// server may take the request. `consumed`: its body was read off the client while
+    /// being sent, so it cannot be sent again.
+    Failed { failure: Failure, consumed: bool },
+    /// The client was answered or left, or the exchange cannot go on: what follows.
     Done(Next),
 }
 
@@ -206,38 +211,43 @@ impl Conn {
             .then_some(self.peer_text.as_str());
         let mut head = std::mem::take(&mut self.uphead);
         upstream_head(&self.req, forwarded, &mut head);
-        // A failed connect sent nothing: another server of the list may take the request.
-        let mut tried = Vec::new();
+        // A try that failed before any answer byte may go to another server of the list
+        // (S-RT1): any request whose connect failed, an idempotent one held whole otherwise.
+        let rt = self.rt.clone();
+        let mut tries = Tries::new(&rt, settings.l7.retry);
+        let idempotent = retry::idempotent(self.req.method_str());
         let sent = loop {
-            match self.send_request(&lease, &head, framing, &t).await {
+            let (failure, consumed) = match self.send_request(&lease, &head, framing, &t).await {
                 Ok(sent) => break Ok(sent),
                 Err(SendError::Done(next)) => break Err(next),
-                Err(SendError::Connect) => {}
-            }
-            let other = if tried.len() < settings.l7.retries as usize {
-                tried.push(lease.backend().to_owned());
-                self.acquire(settings, client_ip, &tried).await
-            } else {
-                None
+                Err(SendError::Failed { failure, consumed }) => (failure, consumed),
             };
-            match other {
-                Some(other) => {
-                    self.rt.counters.count_retry();
-                    lease = other;
-                }
-                None => {
-                    let next = self.discard_body(framing);
-                    break Err(self
-                        .answer(Local::status(StatusCode::BAD_GATEWAY), next, &t)
-                        .await);
-                }
+            if tries.again(failure, &lease, idempotent && !consumed)
+                && let Some(other) = self.acquire(settings, client_ip, tries.failed()).await
+            {
+                tries.count(&lease);
+                lease = other;
+                continue;
             }
+            let next = if consumed {
+                Next::KeepAlive
+            } else {
+                self.discard_body(framing)
+            };
+            let status = if failure == Failure::ResponseTimeout {
+                self.rt.counters.count_server_timeout();
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            break Err(self.answer(Local::status(status), next, &t).await);
         };
         self.uphead = head;
         let (up, head_bytes, body_sent) = match sent {
             Ok(sent) => sent,
             Err(next) => return next,
         };
+        drop(tries);
         lease.add_bytes(head_bytes, 0);
         let next = self
             .relay_response(settings, &lease, up, body_sent, &t)
@@ -273,9 +283,10 @@ impl Conn {
 
     /// Sends the request head and body to the lease's backend on a pooled or new
     /// connection, and waits for the first bytes of the answer: Ok((connection, head bytes,
-    /// whether the whole body went)). A reused connection that turns out closed is replaced
-    /// once when the request has no body (nothing was consumed that could not be sent again).
-    /// A failed connect answers nothing (the caller may try another server).
+    /// whether the whole body went)). A body already received whole is held (sent from the
+    /// client buffer, consumed only once answered) so the request can be sent again; a
+    /// longer or chunked body streams. A reused connection that turns out closed is replaced
+    /// once for an idempotent request held whole (it may have reached the server).
     async fn send_request(
         &mut self,
         lease: &Lease,
@@ -284,7 +295,11 @@ impl Conn {
         t: &Timeouts,
     ) -> Result<(TcpStream, u64, bool), SendError> {
         let addr = lease.addr();
-        let replayable = framing == Framing::Length(0);
+        let held = match framing {
+            Framing::Length(n) if self.cbuf.len() as u64 >= n => Some(n as usize),
+            _ => None,
+        };
+        let resend = held.is_some() && retry::idempotent(self.req.method_str());
         let mut pooled = idle::take(addr);
         loop {
             let reused = pooled.is_some();
@@ -295,31 +310,44 @@ impl Conn {
                     Err(error) => {
                         tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "connect failed");
                         lease.fail();
-                        return Err(SendError::Connect);
+                        return Err(SendError::Failed {
+                            failure: Failure::Connect,
+                            consumed: false,
+                        });
                     }
                 },
             };
-            if replayable {
-                if send(&mut up, head, t.server).await {
-                    // Probe for a backend that closed the connection while it was idle.
-                    match self.first_response_bytes(&mut up, t).await {
-                        Ok(()) => return Ok((up, head.len() as u64, true)),
-                        Err(ReadError::Closed | ReadError::Io(_)) if reused => continue,
-                        Err(error) => {
-                            return Err(SendError::Done(
-                                self.backend_failed(lease, &error, t).await,
-                            ));
-                        }
+            if let Some(body) = held {
+                self.out.clear();
+                self.out.extend_from_slice(head);
+                self.out.extend_from_slice(&self.cbuf[..body]);
+                let answered = if send(&mut up, &self.out, t.server).await {
+                    self.first_response_bytes(&mut up, t).await
+                } else {
+                    Err(ReadError::Closed)
+                };
+                let failure = match answered {
+                    Ok(()) => {
+                        self.cbuf.advance(body);
+                        lease.add_bytes(body as u64, 0);
+                        return Ok((up, head.len() as u64, true));
                     }
-                }
-                if reused {
-                    continue;
-                }
+                    Err(ReadError::Cancelled) => return Err(self.client_left(lease)),
+                    Err(ReadError::Closed | ReadError::Io(_)) if reused && resend => {
+                        lease.count_retry(false);
+                        continue;
+                    }
+                    Err(ReadError::TimedOut) => Failure::ResponseTimeout,
+                    Err(error) => {
+                        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "no answer");
+                        Failure::EmptyResponse
+                    }
+                };
                 lease.fail();
-                let next = self
-                    .answer(Local::status(StatusCode::BAD_GATEWAY), Next::KeepAlive, t)
-                    .await;
-                return Err(SendError::Done(next));
+                return Err(SendError::Failed {
+                    failure,
+                    consumed: false,
+                });
             }
             self.out.clear();
             self.out.extend_from_slice(head);
@@ -337,8 +365,18 @@ impl Conn {
                     lease.add_bytes(n, 0);
                     match self.first_response_bytes(&mut up, t).await {
                         Ok(()) => Ok((up, head.len() as u64, true)),
+                        Err(ReadError::Cancelled) => Err(self.client_left(lease)),
                         Err(error) => {
-                            Err(SendError::Done(self.backend_failed(lease, &error, t).await))
+                            tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "no answer");
+                            lease.fail();
+                            let failure = match error {
+                                ReadError::TimedOut => Failure::ResponseTimeout,
+                                _ => Failure::EmptyResponse,
+                            };
+                            Err(SendError::Failed {
+                                failure,
+                                consumed: true,
+                            })
                         }
                     }
                 }
@@ -350,6 +388,7 @@ impl Conn {
                     // The backend stopped taking the body: it may have answered early.
                     match self.first_response_bytes(&mut up, t).await {
                         Ok(()) => Ok((up, head.len() as u64, false)),
+                        Err(ReadError::Cancelled) => Err(self.client_left(lease)),
                         Err(error) => {
                             let _ = self.backend_failed(lease, &error, t).await;
                             Err(SendError::Done(Next::Close))
@@ -360,23 +399,54 @@ impl Conn {
         }
     }
 
-    /// Waits (server timeout) until the backend sends the first bytes of its answer.
+    /// Waits (server timeout) until the backend sends the first bytes of its answer, watching
+    /// the client meanwhile: a client that closes cancels the request
+    /// ([`ReadError::Cancelled`]; the caller drops the backend connection instead of pooling
+    /// it). Bytes the client pipelines meanwhile wait in its buffer.
     async fn first_response_bytes(
         &mut self,
         up: &mut TcpStream,
         t: &Timeouts,
     ) -> Result<(), ReadError> {
         self.ubuf.clear();
-        fill(up, &mut self.ubuf, Instant::now() + t.server)
-            .await
-            .map(|_| ())
+        let deadline = Instant::now() + t.server;
+        let Conn {
+            client, cbuf, ubuf, ..
+        } = self;
+        let answer = fill(up, ubuf, deadline);
+        tokio::pin!(answer);
+        loop {
+            if cbuf.len() >= PIPELINE_LIMIT {
+                return answer.await.map(|_| ());
+            }
+            tokio::select! {
+                biased;
+                answered = &mut answer => return answered.map(|_| ()),
+                read = fill(client, cbuf, deadline) => match read {
+                    Ok(_) => {}
+                    Err(ReadError::TimedOut) => return Err(ReadError::TimedOut),
+                    Err(_) => return Err(ReadError::Cancelled),
+                },
+            }
+        }
+    }
+
+    /// The client left before its answer: the upstream request is abandoned (its
+    /// connection closes with the caller's handle) and counted.
+    fn client_left(&self, lease: &Lease) -> SendError {
+        tracing::debug!(vservice = %self.rt.name, peer = %self.peer, backend = lease.backend(), "client left before the answer: upstream request cancelled");
+        self.rt.counters.count_client_abort();
+        SendError::Done(Next::Close)
     }
 
     /// 502 (closed or failed) or 504 (silent) after the request went out.
     async fn backend_failed(&mut self, lease: &Lease, error: &ReadError, t: &Timeouts) -> Next {
         lease.fail();
         let status = match error {
-            ReadError::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+            ReadError::TimedOut => {
+                self.rt.counters.count_server_timeout();
+                StatusCode::GATEWAY_TIMEOUT
+            }
             _ => StatusCode::BAD_GATEWAY,
         };
         tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "{status}");

@@ -57,6 +57,8 @@ fn scoped_keys(raw: &RawVService) -> Vec<(&'static str, Range<usize>, Scope)> {
         ("algorithm", span(&raw.algorithm), Scope::L7),
         ("queue_size", span(&raw.queue_size), Scope::L7),
         ("retries", span(&raw.retries), Scope::L7),
+        ("retry_on", span(&raw.retry_on), Scope::L7),
+        ("retry_budget", span(&raw.retry_budget), Scope::L7),
         ("persistence", span(&raw.persistence), Scope::L7),
         ("timeouts", span(&raw.timeouts), Scope::L7),
         ("tls", span(&raw.tls), Scope::Http),

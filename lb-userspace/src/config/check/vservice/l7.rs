@@ -10,7 +10,7 @@ use super::conditions::conditional_sets;
 use super::persistence::{persistence, timeouts};
 use crate::config::check::backends::{Backends, ranged};
 use crate::config::issues::Issues;
-use crate::config::model::{Algorithm, DEFAULT_RETRIES, L7Settings, TlsSettings};
+use crate::config::model::{Algorithm, L7Settings, RetryPolicy, TlsSettings};
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawAlgorithm, RawTls, RawVService, RawVServiceKind};
 
@@ -47,19 +47,14 @@ pub(in crate::config) fn l7_settings(
         .unwrap_or(DEFAULT_QUEUE),
         None => DEFAULT_QUEUE,
     };
-    let retries = match &raw.retries {
-        Some(n) => {
-            ranged(n, 0, MAX_RETRIES, &format!("{path}.retries"), issues).unwrap_or(DEFAULT_RETRIES)
-        }
-        None => DEFAULT_RETRIES,
-    };
+    let retry = retry_policy(raw, path, http, issues);
     let sets = raw.conditional_set.as_ref().filter(|_| http);
     Some(L7Settings {
         algorithm: algorithm(raw.algorithm.as_ref().map(|a| *a.get_ref())),
         persistence: persistence(raw.persistence.as_ref(), path, issues),
         timeouts: timeouts(raw.timeouts.as_ref(), path, issues),
         queue_size,
-        retries,
+        retry,
         tls: raw
             .tls
             .as_ref()
@@ -75,6 +70,50 @@ pub(in crate::config) fn l7_settings(
             .map(|sets| conditional_sets(sets.get_ref(), path, backends, issues))
             .unwrap_or_default(),
     })
+}
+
+/// `retries`, `retry_on` and `retry_budget`. The kinds of failure after the request went
+/// (`empty-response`, `response-timeout`) exist only for HTTP: an L7 TCP connection has
+/// already carried client bytes by then.
+fn retry_policy(raw: &RawVService, path: &str, http: bool, issues: &mut Issues) -> RetryPolicy {
+    let mut policy = RetryPolicy::default();
+    if let Some(n) = &raw.retries {
+        let field = format!("{path}.retries");
+        policy.retries = ranged(n, 0, MAX_RETRIES, &field, issues).unwrap_or(policy.retries);
+    }
+    if let Some(n) = &raw.retry_budget {
+        let field = format!("{path}.retry_budget");
+        policy.budget_percent = ranged(n, 0, 100, &field, issues).unwrap_or(policy.budget_percent);
+    }
+    if let Some(list) = &raw.retry_on {
+        policy.on_connect_failure = false;
+        policy.on_empty_response = false;
+        for (i, item) in list.get_ref().iter().enumerate() {
+            let field = format!("{path}.retry_on[{i}]");
+            let flag = match item.get_ref().as_str() {
+                "connect-failure" => &mut policy.on_connect_failure,
+                "empty-response" if http => &mut policy.on_empty_response,
+                "response-timeout" if http => &mut policy.on_response_timeout,
+                "empty-response" | "response-timeout" => {
+                    let message = format!(
+                        "`{}` applies only to http vServices (an l7-tcp connection retries only a failed connect)",
+                        item.get_ref()
+                    );
+                    issues.error(&item.span(), &field, message);
+                    continue;
+                }
+                other => {
+                    let message = format!(
+                        "unknown retry condition `{other}`; expected connect-failure, empty-response or response-timeout"
+                    );
+                    issues.error(&item.span(), &field, message);
+                    continue;
+                }
+            };
+            *flag = true;
+        }
+    }
+    policy
 }
 
 fn algorithm(raw: Option<RawAlgorithm>) -> Algorithm {

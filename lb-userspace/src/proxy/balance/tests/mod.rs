@@ -27,7 +27,7 @@ fn l7(algorithm: Algorithm, persistence: Persistence, queue_size: usize) -> L7Se
             keep_alive: Duration::from_secs(60),
         },
         queue_size,
-        retries: crate::config::DEFAULT_RETRIES,
+        retry: Default::default(),
         tls: None,
         error_page: None,
         forwarded_headers: true,
