@@ -4,7 +4,9 @@
 //!   answered, no request sent after the answer reaches that server, while four keep-alive
 //!   clients send requests back to back (each records when it sent and who answered);
 //! - a restart keeps the health decisions: the new `lb run` serves at once instead of
-//!   holding every checked server in Preparing for RS checks.
+//!   holding every checked server in Preparing for RS checks;
+//! - S-RT3 (passive health): failing live traffic puts a server in Error at once, its active
+//!   check brings it back.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,11 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// A keep-alive HTTP/1.1 server that answers every request with its name.
 async fn named_server(name: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
+    server(name, "200 OK").await
+}
+
+/// A keep-alive HTTP/1.1 server that answers every request with `status` and its name.
+async fn server(name: &'static str, status: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let task = tokio::spawn(async move {
@@ -35,7 +42,7 @@ async fn named_server(name: &'static str) -> (u16, tokio::task::JoinHandle<()>) 
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         buf.drain(..end + 4);
                         let answer = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}",
+                            "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{name}",
                             name.len()
                         );
                         if conn.write_all(answer.as_bytes()).await.is_err() {
@@ -337,6 +344,115 @@ backends = ["b1"]
         "the restart served after {after_restart:?}: the saved OK was not kept"
     );
     second.stop().await;
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
+    remove_config(&path);
+}
+
+/// S-RT3: with `passive_failures = 3` on its profile, a server whose TCP check passes but
+/// which answers live requests 503 goes to Error at the third 503 in a row (the transition
+/// says "live traffic"), without waiting for a check; its active check brings it back after
+/// RS successes (S-HC5), and the next 503s put it out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt3_live_5xx_answers_put_a_server_in_error_and_its_check_brings_it_back() {
+    let (good, _s1) = named_server("ok").await;
+    let (bad, _s2) = server("xx", "503 Service Unavailable").await;
+    let web_port = free_port();
+    let text = format!(
+        r#"[[health_check]]
+name = "tcp"
+type = "tcp"
+period = 1
+timeout = 1
+required_successes = 2
+passive_failures = 3
+
+[[backend_service]]
+name = "good"
+address = "127.0.0.1"
+port = {good}
+health_check = "tcp"
+
+[[backend_service]]
+name = "bad"
+address = "127.0.0.1"
+port = {bad}
+health_check = "tcp"
+
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = {web_port}
+backends = ["good", "bad"]
+"#
+    );
+    let path = config_file("passive", &text);
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
+    let running = start_daemon(&path).await;
+    let engine = running.daemon.engine();
+    let state = |name: &str| {
+        engine
+            .snapshot()
+            .state(name)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    };
+    let started = Instant::now();
+    while state("bad") != "OK" || state("good") != "OK" {
+        assert!(started.elapsed() < Duration::from_secs(10), "never OK");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
+    // Round robin alternates: `bad` has answered three 503s in a row within six requests
+    // once the first selections are published.
+    let mut third_503 = None;
+    let mut fails = 0;
+    while third_503.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "no 503s seen");
+        let mut conn = TcpStream::connect(web).await.expect("connect");
+        let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
+        conn.write_all(request).await.expect("send");
+        let mut answer = Vec::new();
+        let _ = conn.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 503") && answer.ends_with(b"xx") {
+            fails += 1;
+            if fails == 3 {
+                third_503 = Some(Instant::now());
+            }
+        }
+    }
+    let third_503 = third_503.expect("seen");
+    while state("bad") != "Error" {
+        assert!(
+            third_503.elapsed() < Duration::from_millis(500),
+            "Error not decided at once"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let decided = third_503.elapsed();
+    let out = engine.transitions("bad");
+    let last = out.last().expect("a transition");
+    assert_eq!(last.to.to_string(), "Error");
+    assert_eq!(
+        last.reason,
+        "live traffic: 3 consecutive failures, the last: HTTP 503 answer"
+    );
+    assert_eq!(state("good"), "OK");
+    // The TCP check passes: RS = 2 successes, 1 s apart, bring it back.
+    while state("bad") != "OK" {
+        assert!(
+            third_503.elapsed() < Duration::from_secs(5),
+            "the active check did not bring it back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let back = third_503.elapsed();
+    println!("Error {decided:?} after the third 503, OK again after {back:?}");
+    assert!(
+        back >= Duration::from_millis(900),
+        "RS successes, not one check: {back:?}"
+    );
+    running.stop().await;
     let _ = std::fs::remove_file(lb::daemon::states_path(&path));
     remove_config(&path);
 }

@@ -523,6 +523,7 @@ impl Env {
             timeout: Duration::from_secs(1),
             required_successes: 3,
             required_failures: 2,
+            passive_failures: None,
         }];
         cfg.backend_services = vec![BackendService {
             name: "a".into(),

@@ -284,6 +284,7 @@ fn config(services: Vec<BackendService>, groups: Vec<BackendGroup>, vs: Vec<VSer
         timeout: Duration::from_secs(1),
         required_successes: 3,
         required_failures: 2,
+        passive_failures: None,
     }];
     cfg.backend_services = services;
     cfg.backend_groups = groups;

@@ -218,6 +218,7 @@ fn profile_value(hc: &HealthCheck, used_by: Vec<String>) -> Value {
         "timeout_s": hc.timeout.as_secs_f64(),
         "required_successes": hc.required_successes,
         "required_failures": hc.required_failures,
+        "passive_failures": hc.passive_failures,
         "used_by": used_by,
     });
     let (kind, extra) = match &hc.kind {

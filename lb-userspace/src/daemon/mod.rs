@@ -319,6 +319,21 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
             }
         }));
     }
+    if let Some(mut live) = daemon.proxy.take_live_failures() {
+        // Passive health (S-RT3): runs of failed live traffic the proxy saw decide Error.
+        let engine = daemon.engine.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let failure = tokio::select! {
+                    failure = live.recv() => failure,
+                    _ = stop.changed() => None,
+                };
+                let Some(failure) = failure else { break };
+                engine.live_failure(&failure.backend, &failure.reason);
+            }
+        }));
+    }
     if let Some(dir) = pin_dir {
         let d = daemon.clone();
         let mut stop = stop_rx.clone();

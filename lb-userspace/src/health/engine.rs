@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -122,6 +123,8 @@ struct Entry {
     state: HealthState,
     task: Option<(u64, JoinHandle<()>)>,
     log: Arc<Mutex<ServiceLog>>,
+    /// Tells the check task that live traffic decided Error (passive health).
+    forced_error: Arc<AtomicBool>,
 }
 
 /// What decides whether a reload may keep a service's state and schedule.
@@ -288,11 +291,17 @@ impl HealthEngine {
                     check_duration: Duration::ZERO,
                 });
             }
+            let forced_error = Arc::new(AtomicBool::new(false));
             let task = spec.check.as_ref().map(|profile| {
                 registry.next_task += 1;
                 let id = registry.next_task;
-                let log = Arc::clone(&log);
-                (id, spawn_check(shared, service, profile, id, log, state))
+                let start = Start {
+                    task_id: id,
+                    log: Arc::clone(&log),
+                    initial: state,
+                    forced_error: Arc::clone(&forced_error),
+                };
+                (id, spawn_check(shared, service, profile, start))
             });
             registry.entries.insert(
                 service.name.clone(),
@@ -301,12 +310,44 @@ impl HealthEngine {
                     state,
                     task,
                     log,
+                    forced_error,
                 },
             );
         }
         if changed {
             shared.publish(&mut registry);
         }
+    }
+
+    /// Passive health (S-RT3): live traffic to `service` failed as many times in a row as
+    /// its profile's `passive_failures` allows. An OK service whose profile observes live
+    /// traffic goes to Error at once, the transition saying why; its active check keeps
+    /// running and brings it back after RS successes (S-HC5). False when nothing changed
+    /// (unknown, unchecked, passive health off, not OK).
+    pub fn live_failure(&self, service: &str, reason: &str) -> bool {
+        let shared = &self.shared;
+        let mut registry = lock(&shared.registry);
+        let Some(entry) = registry.entries.get_mut(service) else {
+            return false;
+        };
+        let observed = entry.spec.check.as_ref().and_then(|c| c.passive_failures);
+        if observed.is_none() || entry.state != HealthState::Ok {
+            return false;
+        }
+        entry.forced_error.store(true, Ordering::Release);
+        entry.state = HealthState::Error;
+        let reason = format!("live traffic: {reason}");
+        tracing::warn!(service, %reason, "health state changed: OK -> Error");
+        lock(&entry.log).push_transition(Transition {
+            at: shared.clock.now(),
+            from: HealthState::Ok,
+            to: HealthState::Error,
+            reason,
+            check_duration: Duration::ZERO,
+        });
+        registry.last_publish = Some(tokio::time::Instant::now());
+        shared.publish(&mut registry);
+        true
     }
 
     /// Stops every check task.
@@ -431,14 +472,28 @@ fn spec_of(service: &BackendService, profiles: &HashMap<&str, Arc<HealthCheck>>)
     }
 }
 
+/// How one check task starts.
+struct Start {
+    /// Its id: decisions of a replaced task are ignored.
+    task_id: u64,
+    log: Arc<Mutex<ServiceLog>>,
+    /// Preparing, or a restored state.
+    initial: HealthState,
+    forced_error: Arc<AtomicBool>,
+}
+
 fn spawn_check(
     shared: &Arc<Shared>,
     service: &BackendService,
     profile: &Arc<HealthCheck>,
-    task_id: u64,
-    log: Arc<Mutex<ServiceLog>>,
-    initial: HealthState,
+    start: Start,
 ) -> JoinHandle<()> {
+    let Start {
+        task_id,
+        log,
+        initial,
+        forced_error,
+    } = start;
     let first_delay = if shared.options.spread_first_checks && !profile.period.is_zero() {
         rand::rng().random_range(Duration::ZERO..profile.period)
     } else {
@@ -452,6 +507,7 @@ fn spawn_check(
         log,
         clock: shared.clock,
         initial,
+        forced_error,
     };
     // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
     let weak = Arc::downgrade(shared);

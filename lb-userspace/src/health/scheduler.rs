@@ -1,6 +1,7 @@
 //! The check loop of one Backend Service (S-HC3): check, record, decide, wait P, repeat.
 //! A check never overlaps the next one, and one that gets no answer is cut at T.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub(crate) struct CheckTask {
     /// Where the state machine starts: Preparing, or the state restored from the previous
     /// run.
     pub initial: HealthState,
+    /// Set when live traffic put the service in Error (passive health, S-RT3): the machine
+    /// restarts from Error, so RS successes are needed to return.
+    pub forced_error: Arc<AtomicBool>,
 }
 
 /// Runs checks until the task is aborted; `on_change` receives every state change.
@@ -45,6 +49,7 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
         log,
         clock,
         initial,
+        forced_error,
     } = task;
     let period = profile.period.max(MIN_PERIOD);
     let mut machine = StateMachine::new(profile.required_successes, profile.required_failures)
@@ -68,6 +73,10 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
         log.lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push_check(record, &result.reason);
+        if forced_error.swap(false, Ordering::AcqRel) {
+            machine = StateMachine::new(profile.required_successes, profile.required_failures)
+                .starting_in(HealthState::Error);
+        }
         let before = machine.state();
         if let Some(after) = machine.observe(result.ok) {
             let (count, word) = if result.ok {

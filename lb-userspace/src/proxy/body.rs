@@ -12,7 +12,7 @@ use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::balance::Lease;
+use super::balance::{Lease, LiveError};
 use super::runtime::VsCounters;
 
 /// Errors a response body can end with.
@@ -94,7 +94,7 @@ impl UpstreamBody {
     }
 
     fn abort(&self) {
-        self.lease.fail();
+        self.lease.fail(LiveError::Aborted);
         self.counters.count_abort();
     }
 }

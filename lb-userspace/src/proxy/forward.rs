@@ -81,7 +81,7 @@ pub(crate) async fn handle(
                 Failure::ResponseTimeout
             }
         };
-        lease.fail();
+        lease.fail(failure.into());
         let replayable = resendable && (failure == Failure::Connect || idempotent);
         if resendable
             && tries.again(failure, &lease, replayable)
@@ -100,6 +100,7 @@ pub(crate) async fn handle(
         return responses::status(StatusCode::BAD_GATEWAY);
     };
     drop(tries);
+    lease.answered(resp.status().as_u16());
     let set_cookie = cookie_cfg
         .zip(lease.set_cookie())
         .and_then(|(c, value)| headers::set_cookie(c, value));

@@ -34,6 +34,7 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 
 pub use http::MAX_RESPONSE_HEAD_BYTES;
@@ -50,6 +51,10 @@ pub struct Proxy {
     state: Mutex<State>,
     /// Threads that serve the client connections (see `workers`).
     workers: Arc<workers::Workers>,
+    /// Where every pool reports runs of live failures (passive health, S-RT3).
+    live: UnboundedSender<balance::LiveFailure>,
+    /// Its other end, until the daemon takes it.
+    live_rx: Mutex<Option<UnboundedReceiver<balance::LiveFailure>>>,
 }
 
 #[derive(Default)]
@@ -87,7 +92,10 @@ impl Proxy {
     /// Binds every HTTP and L7 TCP vService of `cfg`; each request/connection reads
     /// `selections.load()` (lb::selection::Published) for its list.
     pub async fn start(cfg: Arc<Config>, selections: Arc<Published>) -> anyhow::Result<Proxy> {
+        let (live, live_rx) = tokio::sync::mpsc::unbounded_channel();
         let proxy = Proxy {
+            live,
+            live_rx: Mutex::new(Some(live_rx)),
             selections,
             state: Mutex::new(State::default()),
             workers: Arc::new(workers::Workers::start(
@@ -99,6 +107,15 @@ impl Proxy {
         };
         proxy.update(cfg).await?;
         Ok(proxy)
+    }
+
+    /// The runs of live failures that passive health acts on (S-RT3), for the daemon to
+    /// hand to the health engine; None after the first call.
+    pub fn take_live_failures(&self) -> Option<UnboundedReceiver<balance::LiveFailure>> {
+        self.live_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// Reload: unchanged listeners keep running and open connections are untouched (S-MT3);
@@ -207,6 +224,7 @@ impl Proxy {
 
     fn runtime(&self, vs: &VService, listen: SocketAddr, settings: VsSettings) -> Arc<VsRuntime> {
         let pool = balance::Pool::new(&vs.name, &settings.l7);
+        pool.report_live_failures(self.live.clone());
         Arc::new(VsRuntime {
             name: vs.name.clone(),
             kind: vs.kind,

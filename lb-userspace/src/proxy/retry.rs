@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::balance::Lease;
+use super::balance::{Lease, LiveError};
 use super::runtime::VsRuntime;
 use crate::config::RetryPolicy;
 
@@ -21,6 +21,16 @@ pub(crate) enum Failure {
     EmptyResponse,
     /// No answer within the server timeout.
     ResponseTimeout,
+}
+
+impl From<Failure> for LiveError {
+    fn from(failure: Failure) -> LiveError {
+        match failure {
+            Failure::Connect => LiveError::Connect,
+            Failure::EmptyResponse => LiveError::NoAnswer,
+            Failure::ResponseTimeout => LiveError::Timeout,
+        }
+    }
 }
 
 /// The vService-wide share of retries: how many retried requests or connections are under

@@ -116,6 +116,11 @@ fn list_info(names: &ByName<'_>, members: &[String], vs_port: u16) -> InfoMap {
             weight: svc.weight,
             max_connections: svc.max_connections,
             maintenance: svc.maintenance,
+            passive_failures: svc
+                .health_check
+                .as_deref()
+                .and_then(|profile| names.health_check(profile))
+                .and_then(|profile| profile.passive_failures),
         });
         entry.maintenance |= group_maintenance;
     };

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::balance::Lease;
+use super::balance::{Lease, LiveError};
 use super::retry::{Failure, Tries};
 use super::runtime::VsRuntime;
 use super::upstream::connect_backend;
@@ -45,10 +45,13 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
             tries.count(&failed);
         }
         match connect_backend(lease.addr(), timeouts.connect).await {
-            Ok(stream) => break (lease, stream),
+            Ok(stream) => {
+                lease.answered(0);
+                break (lease, stream);
+            }
             Err(error) => {
                 tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connect failed");
-                lease.fail();
+                lease.fail(LiveError::Connect);
                 if !tries.again(Failure::Connect, &lease, false) {
                     return;
                 }
@@ -66,7 +69,7 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
         }
         Err(TunnelEnd::Failed(error)) => {
             tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "connection ended with an error");
-            lease.fail();
+            lease.fail(LiveError::Aborted);
         }
     }
 }

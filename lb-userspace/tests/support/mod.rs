@@ -101,6 +101,7 @@ pub fn profile(p: f64, t: f64, rs: u32, rf: u32) -> HealthCheck {
         timeout: secs(t),
         required_successes: rs,
         required_failures: rf,
+        passive_failures: None,
     }
 }
 

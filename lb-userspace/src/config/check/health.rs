@@ -60,6 +60,10 @@ fn convert(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthCheck {
             &format!("{path}.required_failures"),
             issues,
         ),
+        passive_failures: raw
+            .passive_failures
+            .as_ref()
+            .map(|n| count(Some(n), 1, &format!("{path}.passive_failures"), issues)),
     }
 }
 

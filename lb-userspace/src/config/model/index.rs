@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{BackendGroup, BackendService, Config};
+use super::{BackendGroup, BackendService, Config, HealthCheck};
 
 /// A hash map with a fast, non-cryptographic hasher, for keys taken from the operator's own
 /// configuration (names, addresses): nobody picks them to collide, and planning 1,000 VIPs
@@ -18,6 +18,7 @@ pub type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 pub struct ByName<'a> {
     services: FastMap<&'a str, &'a BackendService>,
     groups: FastMap<&'a str, &'a BackendGroup>,
+    checks: &'a [HealthCheck],
 }
 
 impl<'a> ByName<'a> {
@@ -34,12 +35,18 @@ impl<'a> ByName<'a> {
                 .iter()
                 .map(|g| (g.name.as_str(), g))
                 .collect(),
+            checks: &cfg.health_checks,
         }
     }
 
     /// The Backend Service called `name`.
     pub fn service(&self, name: &str) -> Option<&'a BackendService> {
         self.services.get(name).copied()
+    }
+
+    /// The health check profile called `name` (profiles are few: a scan).
+    pub fn health_check(&self, name: &str) -> Option<&'a HealthCheck> {
+        self.checks.iter().find(|c| c.name == name)
     }
 
     /// The Backend Group called `name`.

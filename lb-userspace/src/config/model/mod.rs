@@ -190,6 +190,11 @@ pub struct HealthCheck {
     pub required_successes: u32,
     /// Required Failures (RF).
     pub required_failures: u32,
+    /// Passive health (S-RT3; HAProxy's `observe` with `on-error mark-down`, Envoy's outlier
+    /// detection): this many consecutive failures of live L7 traffic to a Backend Service
+    /// (connect failed, closed or silent before answering, a 5xx answer) put it in Error at
+    /// once; the active check brings it back after RS successes. None (the default): off.
+    pub passive_failures: Option<u32>,
 }
 
 /// Probe type of a health check profile.

@@ -65,6 +65,7 @@ pub(in crate::config) struct RawHealthCheck {
     pub timeout: Option<Spanned<f64>>,
     pub required_successes: Option<Spanned<i64>>,
     pub required_failures: Option<Spanned<i64>>,
+    pub passive_failures: Option<Spanned<i64>>,
     pub method: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,

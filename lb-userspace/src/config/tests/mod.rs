@@ -134,6 +134,7 @@ fn full_config_round_trips_into_the_model() {
                 timeout: Duration::from_secs(1),
                 required_successes: 3,
                 required_failures: 2,
+                passive_failures: None,
             },
             HealthCheck {
                 name: "web".into(),
@@ -149,6 +150,7 @@ fn full_config_round_trips_into_the_model() {
                 timeout: Duration::from_millis(250),
                 required_successes: 1,
                 required_failures: 5,
+                passive_failures: None,
             },
             HealthCheck {
                 name: "dns".into(),
@@ -160,6 +162,7 @@ fn full_config_round_trips_into_the_model() {
                 timeout: Duration::from_secs(1),
                 required_successes: 3,
                 required_failures: 2,
+                passive_failures: None,
             },
             HealthCheck {
                 name: "icmp".into(),
@@ -168,6 +171,7 @@ fn full_config_round_trips_into_the_model() {
                 timeout: Duration::from_secs(1),
                 required_successes: 3,
                 required_failures: 2,
+                passive_failures: None,
             },
         ],
         backend_services: vec![

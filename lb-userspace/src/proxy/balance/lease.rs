@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::limit::Gate;
+use super::passive::{LiveError, Watch};
 use super::stats::Counters;
 
 /// One backend's limit, queue and counters within a pool.
@@ -13,6 +14,8 @@ pub(crate) struct Backend {
     pub gate: Gate,
     /// Running totals.
     pub counters: Counters,
+    /// Its run of live failures (passive health).
+    pub watch: Watch,
 }
 
 /// A granted slot on a backend: counts as one current session until dropped, when the slot
@@ -22,22 +25,24 @@ pub struct Lease {
     name: String,
     addr: SocketAddr,
     set_cookie: Option<String>,
+    /// Its profile's `passive_failures` (None: passive health off).
+    passive_failures: Option<u32>,
     backend: Arc<Backend>,
 }
 
 impl Lease {
     /// Wraps a slot already taken on `backend` (counted in `total` here).
     pub(crate) fn new(
-        name: String,
-        addr: SocketAddr,
+        info: super::BackendInfo,
         set_cookie: Option<String>,
         backend: Arc<Backend>,
     ) -> Lease {
         backend.counters.total.add(1);
         Lease {
-            name,
-            addr,
+            name: info.name,
+            addr: info.addr,
             set_cookie,
+            passive_failures: info.passive_failures,
             backend,
         }
     }
@@ -65,9 +70,24 @@ impl Lease {
         self.backend.counters.bytes_out.add(to_client);
     }
 
-    /// Marks the request/connection as failed (upstream error, aborted mid-response).
-    pub fn fail(&self) {
+    /// Marks the request/connection as failed upstream (`error` says how), counting
+    /// towards passive health.
+    pub fn fail(&self, error: LiveError) {
         self.backend.counters.failures.add(1);
+        let limit = self.passive_failures;
+        self.backend.watch.failed(&self.name, limit, error);
+    }
+
+    /// The backend answered with `status` (HTTP) or took the connection (L7 TCP, 0): a 5xx
+    /// counts towards passive health, anything else ends a run of failures.
+    pub fn answered(&self, status: u16) {
+        if status >= 500 {
+            let limit = self.passive_failures;
+            let error = LiveError::Status(status);
+            self.backend.watch.failed(&self.name, limit, error);
+        } else {
+            self.backend.watch.ok();
+        }
     }
 
     /// Counts the request/connection leaving this backend for another try: on another

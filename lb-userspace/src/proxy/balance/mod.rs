@@ -11,6 +11,7 @@ mod algorithm;
 mod hash;
 mod lease;
 mod limit;
+mod passive;
 mod persist;
 mod pool;
 mod stats;
@@ -19,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use lease::Lease;
+pub use passive::{LiveError, LiveFailure};
 pub use persist::Pin;
 pub use pool::Pool;
 pub(crate) use stats::Counter;
@@ -39,6 +41,8 @@ pub struct BackendInfo {
     pub max_connections: Option<u32>,
     /// Effective Maintenance Mode (S-MT1, S-MT6).
     pub maintenance: bool,
+    /// Its health profile's `passive_failures` (S-RT3); None: live traffic is not watched.
+    pub passive_failures: Option<u32>,
 }
 
 /// Why no slot was granted; the proxy answers 503 (HTTP) or closes (L7 TCP).

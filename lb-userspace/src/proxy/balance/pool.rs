@@ -2,15 +2,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithms, Candidate};
 use super::lease::{Backend, Lease};
 use super::limit::WaitError;
+use super::passive::{LiveFailure, Watch};
 use super::persist::{CookiePin, Pin, Pins};
 use super::stats::{BackendStats, PoolStats, Refusals};
 use super::{BackendInfo, PickError, lock};
@@ -67,6 +69,8 @@ pub struct Pool {
     algorithms: Mutex<Algorithms>,
     pins: Mutex<Pins>,
     refusals: Refusals,
+    /// Where runs of live failures are reported (passive health), set once at start.
+    live: OnceLock<UnboundedSender<LiveFailure>>,
 }
 
 impl Pool {
@@ -82,7 +86,14 @@ impl Pool {
             algorithms: Mutex::new(Algorithms::default()),
             pins: Mutex::new(pins),
             refusals: Refusals::default(),
+            live: OnceLock::new(),
         })
+    }
+
+    /// Sends runs of live failures (passive health, S-RT3) to `report`; set before traffic
+    /// (backends already created keep reporting nowhere). A second call changes nothing.
+    pub fn report_live_failures(&self, report: UnboundedSender<LiveFailure>) {
+        let _ = self.live.set(report);
     }
 
     /// The vService this pool balances, for logs.
@@ -155,12 +166,7 @@ impl Pool {
                 return Err(PickError::NoBackend);
             };
             match choice.backend.gate.enter(queue_size, queue_timeout).await {
-                Ok(()) => Ok(Lease::new(
-                    choice.info.name,
-                    choice.info.addr,
-                    choice.set_cookie,
-                    choice.backend,
-                )),
+                Ok(()) => Ok(Lease::new(choice.info, choice.set_cookie, choice.backend)),
                 Err(WaitError::Full) => {
                     self.refusals.queue_full.add(1);
                     Err(PickError::QueueFull)
@@ -394,7 +400,13 @@ impl Pool {
         }
         let _write = lock(&self.backends_write);
         let mut backends = HashMap::clone(&self.backends.load());
-        let backend = Arc::clone(backends.entry(name.to_owned()).or_default());
+        let backend = backends.entry(name.to_owned()).or_insert_with(|| {
+            Arc::new(Backend {
+                watch: Watch::new(self.live.get().cloned()),
+                ..Backend::default()
+            })
+        });
+        let backend = Arc::clone(backend);
         self.backends.store(Arc::new(backends));
         backend
     }

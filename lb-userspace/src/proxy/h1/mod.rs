@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::balance::Lease;
+use super::balance::{Lease, LiveError};
 use super::headers;
 use super::listener::{Phase, closing};
 use super::responses::Local;
@@ -309,7 +309,7 @@ impl Conn {
                     Ok(up) => up,
                     Err(error) => {
                         tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "connect failed");
-                        lease.fail();
+                        lease.fail(LiveError::Connect);
                         return Err(SendError::Failed {
                             failure: Failure::Connect,
                             consumed: false,
@@ -343,7 +343,7 @@ impl Conn {
                         Failure::EmptyResponse
                     }
                 };
-                lease.fail();
+                lease.fail(failure.into());
                 return Err(SendError::Failed {
                     failure,
                     consumed: false,
@@ -368,11 +368,11 @@ impl Conn {
                         Err(ReadError::Cancelled) => Err(self.client_left(lease)),
                         Err(error) => {
                             tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "no answer");
-                            lease.fail();
                             let failure = match error {
                                 ReadError::TimedOut => Failure::ResponseTimeout,
                                 _ => Failure::EmptyResponse,
                             };
+                            lease.fail(failure.into());
                             Err(SendError::Failed {
                                 failure,
                                 consumed: true,
@@ -441,7 +441,10 @@ impl Conn {
 
     /// 502 (closed or failed) or 504 (silent) after the request went out.
     async fn backend_failed(&mut self, lease: &Lease, error: &ReadError, t: &Timeouts) -> Next {
-        lease.fail();
+        lease.fail(match error {
+            ReadError::TimedOut => LiveError::Timeout,
+            _ => LiveError::NoAnswer,
+        });
         let status = match error {
             ReadError::TimedOut => {
                 self.rt.counters.count_server_timeout();
@@ -477,7 +480,7 @@ impl Conn {
                 Ok(Parsed::Partial) => {}
                 Err(error) => {
                     tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "502");
-                    lease.fail();
+                    lease.fail(LiveError::BadAnswer);
                     return self
                         .answer(Local::status(StatusCode::BAD_GATEWAY), Next::KeepAlive, t)
                         .await;
@@ -487,6 +490,7 @@ impl Conn {
                 return self.backend_failed(lease, &error, t).await;
             }
         }
+        lease.answered(self.resp.status);
         if self.resp.status == 101 {
             return self.switch_protocols(lease, &mut up, t).await;
         }
@@ -540,7 +544,7 @@ impl Conn {
             }
             Err(CopyError::Source(why)) => {
                 tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), why, "upstream aborted the response");
-                lease.fail();
+                lease.fail(LiveError::Aborted);
                 self.rt.counters.count_abort();
                 Next::Close
             }
@@ -554,7 +558,7 @@ impl Conn {
     async fn switch_protocols(&mut self, lease: &Lease, up: &mut TcpStream, t: &Timeouts) -> Next {
         if !self.req.connection.upgrade {
             tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), "101 without an upgrade request: 502");
-            lease.fail();
+            lease.fail(LiveError::BadAnswer);
             return self
                 .answer(Local::status(StatusCode::BAD_GATEWAY), Next::Close, t)
                 .await;

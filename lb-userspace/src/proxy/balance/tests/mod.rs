@@ -69,6 +69,7 @@ fn infos(specs: &[Spec<'_>]) -> impl Fn(&str) -> Option<BackendInfo> + Clone + u
                 weight,
                 max_connections: limit,
                 maintenance,
+                passive_failures: None,
             };
             (name.to_owned(), info)
         })

@@ -37,7 +37,7 @@ async fn s_ob1_bytes_and_failures() {
     assert_eq!(lease.addr(), "127.0.0.1:8001".parse().unwrap());
     lease.add_bytes(100, 2000);
     lease.add_bytes(5, 7);
-    lease.fail();
+    lease.fail(crate::proxy::balance::LiveError::Aborted);
     drop(lease);
     let other = pool.acquire(&list, &info, client(2), None).await.unwrap();
     other.add_bytes(1, 1);
