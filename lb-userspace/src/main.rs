@@ -55,13 +55,28 @@ struct Target {
     pin_dir: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Take over from the `lb run` running with the same --config (a binary upgrade or a
+    /// restart without a refused connection): its listening sockets pass to this process,
+    /// it stops accepting, finishes its open requests and connections, and exits.
+    #[arg(long)]
+    upgrade: bool,
+    /// When a new `lb run --upgrade` takes over from this one: seconds its open requests
+    /// and connections (L7 TCP, WebSocket) may take to finish before they are cut.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    drain_timeout: f64,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Load (or adopt) the data path, attach it, write the config's VIPs, and exit.
     Load(Target),
     /// Like `load`, then stay in the foreground: SIGHUP reloads the config; SIGTERM/SIGINT
     /// exit and leave the program attached (forwarding continues; a restart adopts it).
-    Run(Target),
+    Run(RunArgs),
     /// Detach from an interface; the last detach unloads the program and its maps.
     Unload {
         /// Interface to detach from.
@@ -127,7 +142,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Run(t) => daemon(&t),
+        Command::Run(r) => daemon(&r),
         Command::Unload { ifaces, pin_dir } => {
             for iface in &ifaces {
                 if network::detach(&pin_dir, iface)? {
@@ -232,15 +247,22 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
 }
 
 /// Without Network vServices and interfaces the daemon runs without XDP (health, L7, API).
-fn daemon(t: &Target) -> Result<()> {
+fn daemon(r: &RunArgs) -> Result<()> {
+    let t = &r.target;
+    let drain = std::time::Duration::try_from_secs_f64(r.drain_timeout)
+        .with_context(|| format!("--drain-timeout {}: not a duration", r.drain_timeout))?;
+    let options = lb::run::RunOptions {
+        upgrade: r.upgrade,
+        drain,
+    };
     let cfg = read_config(&t.config)?;
     let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());
     if !has_network && t.ifaces.is_empty() && cfg.xdp.interfaces.is_empty() {
         info!("no Network vService and no interface: running without XDP");
-        return lb::run::daemon(None, cfg, t.config.clone());
+        return lb::run::daemon(None, cfg, t.config.clone(), options);
     }
     let (dp, cfg) = load(t)?;
-    lb::run::daemon(Some(dp), cfg, t.config.clone())
+    lb::run::daemon(Some(dp), cfg, t.config.clone(), options)
 }
 
 fn status(pin_dir: &Path, json: bool) -> Result<()> {

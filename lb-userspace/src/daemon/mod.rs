@@ -6,6 +6,8 @@
 
 mod report;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,7 +23,9 @@ pub use report::{
 
 use crate::config::{self, Config};
 use crate::gslb::Gslb;
-use crate::health::{Cadence, EngineOptions, EngineThread, HealthEngine, View, reflect};
+use crate::health::{
+    Cadence, EngineOptions, EngineThread, HealthEngine, HealthState, View, reflect,
+};
 use crate::network::{self, DataPath, LoadOptions, NetworkReflector, NetworkStatus};
 use crate::proxy::Proxy;
 use crate::selection::{Published, Selections};
@@ -61,6 +65,13 @@ impl Daemon {
     /// restart (one line each), for a reload to report.
     pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
         config::restart_only_changes(&self.started, new)
+    }
+
+    /// Saves every checked service's decision now (as it is saved each second), so an `lb
+    /// run` taking over starts from the latest.
+    pub fn save_health_states(&self) -> Result<()> {
+        let states = report::current_states(&self.config(), &self.engine);
+        report::save_states(&report::states_path(&self.config_path), &states)
     }
 
     /// The configuration file the daemon was started with (changes are written back to it).
@@ -208,6 +219,19 @@ pub struct Running {
 impl Running {
     /// Stops the tasks; the data path (if any) stays attached as last written.
     pub async fn stop(self) {
+        self.finish(false).await;
+    }
+
+    /// Ends this daemon after another `lb run` took over its listening sockets (an
+    /// upgrade): it stops accepting, lets open requests and connections finish within
+    /// `drain` while health checking goes on, then stops, leaving the data path and the
+    /// files the successor now keeps current.
+    pub async fn hand_over(self, drain: Duration) {
+        self.daemon.proxy.shutdown(drain).await;
+        self.finish(true).await;
+    }
+
+    async fn finish(self, handed_over: bool) {
         let _ = self.stop.send(true);
         let network = self
             .daemon
@@ -221,12 +245,14 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
-        self.daemon.proxy.shutdown(Duration::from_secs(5)).await;
+        if !handed_over {
+            self.daemon.proxy.shutdown(Duration::from_secs(5)).await;
+        }
         if let Some(g) = self.daemon.gslb.lock().await.take() {
             g.shutdown().await;
         }
-        // Nobody keeps the report current any more.
-        if let Some(dir) = &self.daemon.pin_dir {
+        // Nobody keeps the report current any more (unless a successor does).
+        if let Some(dir) = self.daemon.pin_dir.as_ref().filter(|_| !handed_over) {
             let _ = std::fs::remove_file(report_path(dir));
         }
     }
@@ -236,14 +262,20 @@ impl Running {
 /// inside the current Tokio runtime. Without a data path (a configuration with no Network
 /// vService) everything else runs the same. Fails when an L7 listener cannot bind.
 pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<Running> {
+    start_inheriting(dp, cfg, config_path, HashMap::new()).await
+}
+
+/// Like [`start`], the L7 vServices listening on `inherited` sockets (handed over by the
+/// `lb run` this one replaces) where the addresses match.
+pub async fn start_inheriting(
+    dp: Option<DataPath>,
+    cfg: Config,
+    config_path: PathBuf,
+    inherited: HashMap<SocketAddr, std::net::TcpListener>,
+) -> Result<Running> {
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
     let cfg = Arc::new(cfg);
     let selections = Arc::new(Published::default());
-    let proxy = Proxy::start(cfg.clone(), selections.clone()).await?;
-    let gslb = match cfg.dns_vservices.is_empty() {
-        true => None,
-        false => Some(Gslb::start(cfg.clone()).await?),
-    };
     let engine_thread = EngineThread::start().context("starting the health checks' thread")?;
     // A restart (an upgrade, a crash) within 30 s keeps every service's decision instead of
     // sending them all back to Preparing, which would refuse traffic until RS checks pass.
@@ -257,6 +289,17 @@ pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> R
             ..EngineOptions::default()
         },
     ));
+    // The first selections before the first connection is accepted: the restored (or
+    // Preparing) states as they are, so an upgrade's new process never answers from an
+    // empty snapshot while the reflection task starts.
+    let first = engine.snapshot();
+    let health = |name: &str| first.state(name).unwrap_or(HealthState::Preparing);
+    selections.store(Selections::compute(&cfg, &health));
+    let proxy = Proxy::start_inheriting(cfg.clone(), selections.clone(), inherited).await?;
+    let gslb = match cfg.dns_vservices.is_empty() {
+        true => None,
+        false => Some(Gslb::start(cfg.clone()).await?),
+    };
     let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
     let (reload, reload_rx) = watch::channel(0u64);
     let daemon = Arc::new(Daemon {

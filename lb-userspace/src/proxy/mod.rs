@@ -55,6 +55,9 @@ pub struct Proxy {
     live: UnboundedSender<balance::LiveFailure>,
     /// Its other end, until the daemon takes it.
     live_rx: Mutex<Option<UnboundedReceiver<balance::LiveFailure>>>,
+    /// Listening sockets handed over by the `lb run` this one replaces, by address: used
+    /// instead of binding anew at start (a zero-downtime upgrade), the rest closed after.
+    inherited: Mutex<HashMap<SocketAddr, std::net::TcpListener>>,
 }
 
 #[derive(Default)]
@@ -92,10 +95,22 @@ impl Proxy {
     /// Binds every HTTP and L7 TCP vService of `cfg`; each request/connection reads
     /// `selections.load()` (lb::selection::Published) for its list.
     pub async fn start(cfg: Arc<Config>, selections: Arc<Published>) -> anyhow::Result<Proxy> {
+        Self::start_inheriting(cfg, selections, HashMap::new()).await
+    }
+
+    /// Like [`Proxy::start`], listening on `inherited` sockets (from the `lb run` being
+    /// replaced) where their address is a vService's instead of binding: connections waiting
+    /// in their accept queues are served, none is refused. Unused ones are closed.
+    pub async fn start_inheriting(
+        cfg: Arc<Config>,
+        selections: Arc<Published>,
+        inherited: HashMap<SocketAddr, std::net::TcpListener>,
+    ) -> anyhow::Result<Proxy> {
         let (live, live_rx) = tokio::sync::mpsc::unbounded_channel();
         let proxy = Proxy {
             live,
             live_rx: Mutex::new(Some(live_rx)),
+            inherited: Mutex::new(inherited),
             selections,
             state: Mutex::new(State::default()),
             workers: Arc::new(workers::Workers::start(
@@ -106,7 +121,29 @@ impl Proxy {
             )?),
         };
         proxy.update(cfg).await?;
+        proxy
+            .inherited
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         Ok(proxy)
+    }
+
+    /// A copy of every listening socket, with its address, for the `lb run` that takes over
+    /// (the copies share the sockets: closing ours later leaves theirs listening).
+    pub fn listening_sockets(&self) -> Vec<(SocketAddr, std::os::fd::OwnedFd)> {
+        use std::os::fd::AsFd;
+        let state = self.lock();
+        let mut out = Vec::new();
+        for l in state.listeners.values() {
+            match l.socket.as_fd().try_clone_to_owned() {
+                Ok(fd) => out.push((l.rt.listen, fd)),
+                Err(e) => {
+                    tracing::warn!(vservice = %l.rt.name, "cannot copy the listening socket: {e}")
+                }
+            }
+        }
+        out
     }
 
     /// The runs of live failures that passive health acts on (S-RT3), for the daemon to
@@ -124,7 +161,13 @@ impl Proxy {
     /// requests. Fails without changing anything if a new listener cannot bind.
     pub async fn update(&self, cfg: Arc<Config>) -> anyhow::Result<()> {
         let mut state = self.lock();
-        let steps = plan(&cfg, &state.listeners)?;
+        let steps = {
+            let mut inherited = self
+                .inherited
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            plan(&cfg, &state.listeners, &mut inherited)?
+        };
         let wanted: Vec<&str> = steps
             .iter()
             .map(|s| match s {
@@ -249,7 +292,11 @@ impl Proxy {
 /// Decides what happens to every L7 vService of `cfg`, building settings and binding new
 /// sockets first so that any failure leaves the running proxy untouched. A new listener on
 /// an address a running one gives up (renamed or changed vService) takes over its socket.
-fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec<Step>> {
+fn plan(
+    cfg: &Config,
+    running: &HashMap<String, Listener>,
+    inherited: &mut HashMap<SocketAddr, std::net::TcpListener>,
+) -> anyhow::Result<Vec<Step>> {
     let mut steps = Vec::new();
     let names = ByName::new(cfg);
     let limits = cfg.proxy.header_limits;
@@ -276,9 +323,15 @@ fn plan(cfg: &Config, running: &HashMap<String, Listener>) -> anyhow::Result<Vec
             .values()
             .find(|l| l.rt.listen == listen && !kept(l))
             .map(|l| l.socket.clone());
-        let socket = match handover {
-            Some(socket) => socket,
-            None => Arc::new(
+        let socket = match (handover, inherited.remove(&listen)) {
+            (Some(socket), _) => socket,
+            (None, Some(socket)) => Arc::new(
+                socket
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpListener::from_std(socket))
+                    .with_context(|| format!("vService {}: the socket handed over", vs.name))?,
+            ),
+            (None, None) => Arc::new(
                 bind(listen)
                     .with_context(|| format!("vService {}: cannot listen on {listen}", vs.name))?,
             ),

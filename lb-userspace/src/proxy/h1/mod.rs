@@ -36,6 +36,9 @@ use rewrite::{response_head, upstream_head};
 
 /// Initial capacity of the per-connection buffers.
 const BUF: usize = 8 * 1024;
+/// How long an idle keep-alive connection of a closing listener waits for a request already
+/// on its way before it closes.
+const CLOSING_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Pipelined request bytes read ahead while an answer is awaited, at most; beyond this the
 /// client is no longer watched for leaving until the answer comes.
 const PIPELINE_LIMIT: usize = 64 * 1024;
@@ -152,7 +155,16 @@ impl Conn {
             let result = if idle {
                 tokio::select! {
                     r = read => r,
-                    () = closing(&mut self.phase) => return false,
+                    () = closing(&mut self.phase) => {
+                        // A request sent just now may be on its way: it is served (its
+                        // answer closes the connection) rather than cut by a close the
+                        // client cannot tell from a failure.
+                        let grace = Instant::now() + CLOSING_GRACE;
+                        match fill(&mut self.client, &mut self.cbuf, grace).await {
+                            Ok(_) => continue,
+                            Err(_) => return false,
+                        }
+                    }
                 }
             } else {
                 read.await
