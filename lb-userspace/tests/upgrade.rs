@@ -18,7 +18,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 mod ports;
+mod servers;
 use ports::free_port;
+use servers::named_server;
 
 /// What the clients saw.
 #[derive(Default)]
@@ -38,33 +40,9 @@ impl Tally {
 
 /// A keep-alive HTTP/1.1 backend answering `ok`, and a TCP echo backend.
 async fn backends() -> (u16, u16) {
-    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (http, _) = named_server("ok").await;
     let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let ports = (
-        http.local_addr().expect("addr").port(),
-        echo.local_addr().expect("addr").port(),
-    );
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = http.accept().await {
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                        if conn.write_all(answer).await.is_err() {
-                            return;
-                        }
-                    }
-                    match conn.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
+    let echo_port = echo.local_addr().expect("addr").port();
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = echo.accept().await {
             tokio::spawn(async move {
@@ -77,7 +55,7 @@ async fn backends() -> (u16, u16) {
             });
         }
     });
-    ports
+    (http, echo_port)
 }
 
 /// Reads one answer to GET: Ok(keep the connection) when it is a 200 with body `ok`.

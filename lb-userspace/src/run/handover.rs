@@ -22,6 +22,8 @@ use sendfd::{RecvWithFd, SendWithFd};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use crate::network::run_file;
+
 /// Sockets passed in one message, below the kernel's limit of 253 per message.
 const PER_MESSAGE: usize = 200;
 /// How long either side waits for the other's next word.
@@ -49,13 +51,7 @@ struct Batch {
 /// Where the daemon with configuration `config_path` waits for its successor.
 pub(crate) fn socket_path(config_path: &Path) -> PathBuf {
     let absolute = std::fs::canonicalize(config_path).unwrap_or_else(|_| config_path.into());
-    let flat: String = absolute
-        .to_string_lossy()
-        .trim_matches('/')
-        .chars()
-        .map(|c| if c == '/' { '-' } else { c })
-        .collect();
-    let path = Path::new("/run/lb").join(format!("{flat}.handover"));
+    let path = run_file(&absolute, "handover");
     if path.as_os_str().len() <= MAX_PATH {
         return path;
     }
