@@ -103,3 +103,11 @@ fn network_daemon_restart_keeps_connections_and_balancing() {
     let _guard = serial();
     lifecycle::daemon_restart_keeps_connections_and_balancing(Family::V4);
 }
+
+/// S-MT3, S-MT7: with `apply_admin_state`, a Maintenance call answers once the XDP maps
+/// hold it (`lb status` read right after shows the backend removed, then back).
+#[test]
+fn network_maintenance_holds_in_the_maps_when_the_api_answers() {
+    let _guard = serial();
+    lifecycle::maintenance_holds_in_the_maps_when_the_api_answers(Family::V4);
+}

@@ -172,14 +172,12 @@ impl Daemon {
         self.config.store(cfg.clone());
         self.engine
             .update(&cfg.backend_services, &cfg.health_checks);
-        if let Some(n) = self
+        let network_generation = self
             .network
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-        {
-            n.update(cfg.clone());
-        }
+            .map(|n| n.update(cfg.clone()));
         self.reload.send_modify(|g| *g += 1);
         // Admin changes (Maintenance, Backup, weight) hold for L7 traffic when this returns:
         // a request picked after the API answered sees them (S-MT3).
@@ -191,6 +189,25 @@ impl Daemon {
             .is_err()
         {
             warn!("the L7 selections were not republished within 5 s of a configuration change");
+        }
+        // And for Network vServices that follow them (`apply_admin_state`), once the maps
+        // are written (S-MT3, S-MT7).
+        let follows_admin = cfg
+            .vservices
+            .iter()
+            .any(|v| v.kind.is_network() && v.apply_admin_state);
+        let written = network_generation.filter(|_| follows_admin).and_then(|generation| {
+            let network = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+            network.as_ref().map(|n| (generation, n.written()))
+        });
+        if let Some((generation, mut written)) = written {
+            let wait = written.wait_for(|&g| g >= generation);
+            if tokio::time::timeout(Duration::from_secs(5), wait)
+                .await
+                .is_err()
+            {
+                warn!("the XDP maps were not rewritten within 5 s of a configuration change");
+            }
         }
         info!("configuration applied");
         Ok(())

@@ -24,6 +24,8 @@ pub struct NetworkReflector {
     config: Arc<ArcSwap<Config>>,
     status: NetworkStatus,
     reload: watch::Sender<u64>,
+    /// The reload generation the maps were last written with.
+    written: watch::Sender<u64>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -80,12 +82,16 @@ impl NetworkReflector {
         let view = Arc::new(ArcSwap::from_pointee(view0.clone()));
         let last_error = Arc::new(Mutex::new(None));
         let (reload, reload_rx) = watch::channel(0u64);
+        let (written, _) = watch::channel(0u64);
         let (stop, stop_rx) = watch::channel(false);
         let task = {
             let (config, view, last_error) = (config.clone(), view.clone(), last_error.clone());
+            let (generations, written) = (reload.subscribe(), written.clone());
             tokio::spawn(async move {
                 reflect(engine, cadence, view0, reload_rx, stop_rx, |v: &View| {
                     view.store(Arc::new(v.clone()));
+                    // Read first: the configuration loaded next is at least that reload's.
+                    let generation = *generations.borrow();
                     let cfg = config.load();
                     let result =
                         plan(&cfg, &|name| v.get(name)).and_then(|vips| apply_plan(&mut dp, &vips));
@@ -101,6 +107,7 @@ impl NetworkReflector {
                             *slot = Some(format!("{e:#}"));
                         }
                     }
+                    written.send_replace(generation);
                 })
                 .await;
             })
@@ -109,15 +116,24 @@ impl NetworkReflector {
             config,
             status: NetworkStatus { view, last_error },
             reload,
+            written,
             stop,
             task,
         }
     }
 
-    /// Applies a new configuration (reload); health states carry over.
-    pub fn update(&self, cfg: Arc<Config>) {
+    /// Applies a new configuration (reload); health states carry over. Returns its
+    /// generation, for [`NetworkReflector::written`].
+    pub fn update(&self, cfg: Arc<Config>) -> u64 {
         self.config.store(cfg);
         self.reload.send_modify(|g| *g += 1);
+        *self.reload.borrow()
+    }
+
+    /// The reload generation the maps were last written with: wait on it for the maps to
+    /// hold a configuration [`NetworkReflector::update`] gave.
+    pub fn written(&self) -> watch::Receiver<u64> {
+        self.written.subscribe()
     }
 
     /// A handle on the reflector's view and last error.

@@ -8,7 +8,7 @@ use crate::netns::client::{HeldConn, ask_many, count_by_backend, tcp_ask_at};
 use crate::netns::configs::{all_names, backend_services, load, validated, vservice};
 use crate::netns::family::at;
 use crate::netns::lbctl::require_data_path;
-use crate::netns::status::{vip_packets, wait_until};
+use crate::netns::status::{vip_entry, vip_packets, wait_until};
 
 /// After `lb load` of a config without b3, long connections on b1/b2 keep working and new
 /// connections never reach b3 (they use both remaining backends).
@@ -147,4 +147,79 @@ pub fn daemon_restart_keeps_connections_and_balancing(family: Family) {
         .wait_exit(Duration::from_secs(10))
         .expect("daemon exits");
     drop(held);
+}
+
+/// S-MT3 with S-MT7: on a Network vService with `apply_admin_state = true`, the Maintenance
+/// API call answers only once the XDP maps hold the change, so `lb status` read right after
+/// the answer shows b1 drained (weight 0: no new flows, its open ones continue, S-MT1) and
+/// back at its weight after "off", five times each way.
+pub fn maintenance_holds_in_the_maps_when_the_api_answers(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("admin-maps");
+    let (vip, name) = (family.vip(17), family.vip_name("web"));
+    let topo = family.topology(None);
+    topo.tcp_servers(8000).expect("servers");
+    let names = all_names(&topo);
+    let api_port = 18080;
+    let cfg = format!("[api]\nlisten = \"127.0.0.1:{api_port}\"\n\n")
+        + &backend_services(&topo, family, 8000, &[1, 1, 1])
+        + &vservice(&name, "tcp-l4", vip, "port = 8000", "nat", &names)
+        + "apply_admin_state = true\n";
+    validated(&cfg);
+    let addr = at(vip, 8000);
+    let mut daemon = topo.lb_run(&cfg).expect("start lb run");
+    let ready = wait_until(Duration::from_secs(15), || {
+        daemon.is_running()
+            && topo
+                .client
+                .run(|| tcp_ask_at(addr))
+                .map(|r| r.is_ok())
+                .unwrap_or(false)
+    });
+    assert!(ready, "lb run never balanced; log:\n{}", daemon.log());
+    let b1_takes_new_flows = || {
+        let status = topo.lb_status().expect("lb status");
+        let vip = vip_entry(&status, &name).expect("the VIP in lb status");
+        let backends = vip["backends"].as_array().cloned().unwrap_or_default();
+        let b1 = backends.iter().find(|b| b["name"] == "b1");
+        b1.and_then(|b| b["weight"].as_u64()).unwrap_or(0) > 0
+    };
+    assert!(b1_takes_new_flows(), "b1 in the table before Maintenance");
+    for round in 0..5 {
+        for on in [true, false] {
+            let answer = topo
+                .balancer
+                .run(|| post_json(api_port, "/api/v1/backends/b1/maintenance", on))
+                .expect("ns")
+                .expect("API call");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert_eq!(
+                b1_takes_new_flows(),
+                !on,
+                "round {round}: the maps did not hold Maintenance {on} when the API answered"
+            );
+        }
+    }
+    println!("{label}: 10 Maintenance calls, each held in the XDP maps when answered");
+    let replies = ask_many(&topo.client, 30, tcp_ask_at, addr);
+    assert_eq!(count_by_backend(&replies).len(), 3, "b1 serves again");
+    let _ = daemon.signal(libc::SIGTERM);
+    let _ = daemon.wait_exit(Duration::from_secs(10));
+}
+
+/// POST `{"on": on}` to the API on 127.0.0.1:`port` of the current namespace; the answer.
+fn post_json(port: u16, path: &str, on: bool) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let body = format!("{{\"on\": {on}}}");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)?;
+    Ok(answer)
 }
