@@ -196,10 +196,12 @@ impl Daemon {
             .vservices
             .iter()
             .any(|v| v.kind.is_network() && v.apply_admin_state);
-        let written = network_generation.filter(|_| follows_admin).and_then(|generation| {
-            let network = self.network.lock().unwrap_or_else(PoisonError::into_inner);
-            network.as_ref().map(|n| (generation, n.written()))
-        });
+        let written = network_generation
+            .filter(|_| follows_admin)
+            .and_then(|generation| {
+                let network = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+                network.as_ref().map(|n| (generation, n.written()))
+            });
         if let Some((generation, mut written)) = written {
             let wait = written.wait_for(|&g| g >= generation);
             if tokio::time::timeout(Duration::from_secs(5), wait)
