@@ -1136,6 +1136,70 @@ async fn s_rt1_s_rt2_an_unanswered_idempotent_request_goes_to_another_server_a_p
     assert_eq!(after - before, 2, "one try per server, then 502");
 }
 
+/// S-RT1, issue 18's first case: one of two mains is killed (its process and every
+/// connection gone) under keep-alive load, with no health check to take it out: requests in
+/// flight on it and new ones picked for it go to the other main. Not one request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt1_a_main_killed_under_load_fails_no_request() {
+    let a = http_backend("a").await;
+    let b = http_backend("b").await;
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("b", b.addr)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a", "b"])],
+    ))
+    .await;
+    let addr = env.addr("web");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let stop_rx = stop_rx.clone();
+            tokio::spawn(async move {
+                let c = client();
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !*stop_rx.borrow() {
+                    let req = Request::get(format!("http://{addr}/"))
+                        .body(Empty::new())
+                        .expect("req");
+                    match c.request(req).await {
+                        Ok(resp) if resp.status() == StatusCode::OK => ok += 1,
+                        Ok(resp) => failed.push(resp.status().to_string()),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let served_by_b = b.hits();
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let _ = stop.send(true);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for task in load {
+        let (o, f) = task.await.expect("client");
+        ok += o;
+        failed.extend(f);
+    }
+    let retries = env.stats("web").counts.retries;
+    println!(
+        "{ok} answered, {} failed, {retries} retried; b served {served_by_b} before it died",
+        failed.len()
+    );
+    assert!(served_by_b > 10, "b took its share first");
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(
+        retries > 10,
+        "requests picked for the dead main were retried: {retries}"
+    );
+}
+
 /// S-RT1: a client that leaves while its request waits for an answer cancels it: the proxy
 /// closes the backend connection at once (it is not left open until the server answers, nor
 /// pooled), and counts a client abort.
@@ -1436,6 +1500,47 @@ async fn h2c_prior_knowledge_request_works() {
     assert_eq!(resp.version(), hyper::Version::HTTP_2);
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(&body[..], b"a");
+}
+
+/// S-RT1 over HTTP/2 (hyper's path, as over TLS): a request without a body whose connect
+/// failed goes to another server; one with a body streams into its first try and gets 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt1_an_h2_request_without_a_body_is_retried_after_a_failed_connect() {
+    let a = http_backend("a").await;
+    let dead = refusing_addr().await;
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("dead", dead)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["dead", "a"])],
+    ))
+    .await;
+    let c: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new());
+    for _ in 0..10 {
+        let (status, _, body) = get_with(&c, env.addr("web"), "/", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    }
+    let retries = env.stats("web").counts.retries;
+    assert!(
+        (3..=7).contains(&retries),
+        "about half went to `dead` first: {retries}"
+    );
+    let with_body: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new());
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let req = Request::post(format!("http://{}/", env.addr("web")))
+            .body(Full::new(Bytes::from_static(b"payload")))
+            .expect("req");
+        let resp = with_body.request(req).await.expect("h2 response");
+        statuses.push(resp.status());
+    }
+    assert!(
+        statuses.contains(&StatusCode::BAD_GATEWAY) && statuses.contains(&StatusCode::OK),
+        "{statuses:?}"
+    );
 }
 
 /// No SPEC rule covers timeouts; issue 4 asks for a keep-alive timeout. An HTTP/2 connection
