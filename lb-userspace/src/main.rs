@@ -68,6 +68,10 @@ struct RunArgs {
     /// and connections (L7 TCP, WebSocket) may take to finish before they are cut.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     drain_timeout: f64,
+    /// Health decisions saved by a previous `lb run` (each second and at exit) are restored
+    /// when younger than this; 0 starts every checked service in Preparing.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    restore_within: f64,
 }
 
 #[derive(Subcommand)]
@@ -249,11 +253,14 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
 /// Without Network vServices and interfaces the daemon runs without XDP (health, L7, API).
 fn daemon(r: &RunArgs) -> Result<()> {
     let t = &r.target;
-    let drain = std::time::Duration::try_from_secs_f64(r.drain_timeout)
-        .with_context(|| format!("--drain-timeout {}: not a duration", r.drain_timeout))?;
+    let seconds = |value: f64, flag: &str| {
+        std::time::Duration::try_from_secs_f64(value)
+            .with_context(|| format!("{flag} {value}: not a number of seconds"))
+    };
     let options = lb::run::RunOptions {
         upgrade: r.upgrade,
-        drain,
+        drain: seconds(r.drain_timeout, "--drain-timeout")?,
+        restore_within: seconds(r.restore_within, "--restore-within")?,
     };
     let cfg = read_config(&t.config)?;
     let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());

@@ -281,30 +281,57 @@ impl Running {
 /// inside the current Tokio runtime. Without a data path (a configuration with no Network
 /// vService) everything else runs the same. Fails when an L7 listener cannot bind.
 pub async fn start(dp: Option<DataPath>, cfg: Config, config_path: PathBuf) -> Result<Running> {
-    start_inheriting(dp, cfg, config_path, HashMap::new()).await
+    start_with(dp, cfg, config_path, StartOptions::default()).await
 }
 
-/// Like [`start`], the L7 vServices listening on `inherited` sockets (handed over by the
-/// `lb run` this one replaces) where the addresses match.
-pub async fn start_inheriting(
+/// How a daemon starts besides its configuration.
+#[derive(Debug)]
+pub struct StartOptions {
+    /// Listening sockets handed over by the `lb run` this one replaces, by address: the L7
+    /// vServices listen on them instead of binding.
+    pub inherited: HashMap<SocketAddr, std::net::TcpListener>,
+    /// Saved health decisions younger than this are restored (`lb run --restore-within`,
+    /// default 30 s; zero restores none).
+    pub restore_within: Duration,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        StartOptions {
+            inherited: HashMap::new(),
+            restore_within: report::RESTORE_WITHIN,
+        }
+    }
+}
+
+/// Like [`start`], with `options`.
+pub async fn start_with(
     dp: Option<DataPath>,
     cfg: Config,
     config_path: PathBuf,
-    inherited: HashMap<SocketAddr, std::net::TcpListener>,
+    options: StartOptions,
 ) -> Result<Running> {
+    let StartOptions {
+        inherited,
+        restore_within,
+    } = options;
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
     let cfg = Arc::new(cfg);
     let selections = Arc::new(Published::default());
     let engine_thread = EngineThread::start().context("starting the health checks' thread")?;
-    // A restart (an upgrade, a crash) within 30 s keeps every service's decision instead of
-    // sending them all back to Preparing, which would refuse traffic until RS checks pass.
+    // A restart (an upgrade, a crash) within 30 s (by default) keeps every service's decision
+    // instead of sending them all back to Preparing, which would refuse traffic until RS
+    // checks pass.
     let states_path = report::states_path(&config_path);
     let engine = Arc::new(HealthEngine::start_with(
         &cfg.backend_services,
         &cfg.health_checks,
         EngineOptions {
             runtime: Some(engine_thread.handle()),
-            restored: report::read_states(&states_path, report::RESTORE_WITHIN),
+            restored: match restore_within.is_zero() {
+                true => HashMap::new(),
+                false => report::read_states(&states_path, restore_within),
+            },
             ..EngineOptions::default()
         },
     ));

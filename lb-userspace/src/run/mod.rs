@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// After handing its sockets to a successor, how long open requests and connections
     /// may take to finish before they are cut (`--drain-timeout`).
     pub drain: Duration,
+    /// Saved health decisions younger than this are restored at start
+    /// (`--restore-within`; zero restores none).
+    pub restore_within: Duration,
 }
 
 /// Runs until SIGTERM or SIGINT, or until a successor (`lb run --upgrade`) took over;
@@ -83,7 +86,11 @@ async fn serve(
         .as_mut()
         .map(|t| std::mem::take(&mut t.l7))
         .unwrap_or_default();
-    let running = crate::daemon::start_inheriting(dp, cfg, config_path.clone(), inherited).await?;
+    let start = crate::daemon::StartOptions {
+        inherited,
+        restore_within: options.restore_within,
+    };
+    let running = crate::daemon::start_with(dp, cfg, config_path.clone(), start).await?;
     let daemon = running.daemon.clone();
     let (api_stop, api_stop_rx) = watch::channel(false);
     let api_task = {
