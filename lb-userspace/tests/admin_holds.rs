@@ -422,3 +422,95 @@ backends = ["good", "bad"]
     let _ = std::fs::remove_file(lb::daemon::states_path(&path));
     remove_config(&path);
 }
+
+/// S-RT3 without an active check: a `type = "passive"` profile starts OK (nothing would
+/// decide a Preparing), two 503s in a row put the server in Error at once, and it is tried
+/// again `passive_return` (1.5 s) later; the next 503s put it out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_rt3_a_passive_profile_returns_its_server_after_passive_return() {
+    let (bad, _s) = server("xx", "503 Service Unavailable").await;
+    let web_port = free_port();
+    let text = format!(
+        r#"[[health_check]]
+name = "live"
+type = "passive"
+passive_failures = 2
+passive_return = 1.5
+
+[[backend_service]]
+name = "bad"
+address = "127.0.0.1"
+port = {bad}
+health_check = "live"
+
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = {web_port}
+backends = ["bad"]
+"#
+    );
+    let path = config_file("passive-only", &text);
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
+    let running = start_daemon(&path).await;
+    let engine = running.daemon.engine();
+    let state = |name: &str| engine.snapshot().state(name).map(|s| s.to_string());
+    assert_eq!(state("bad").as_deref(), Some("OK"), "no Preparing");
+    let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
+    let get = || async move {
+        let mut conn = TcpStream::connect(web).await.expect("connect");
+        let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
+        conn.write_all(request).await.expect("send");
+        let mut answer = Vec::new();
+        let _ = conn.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    for round in 0..2 {
+        let started = Instant::now();
+        let mut from_server = 0;
+        while from_server < 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no 503 from the server"
+            );
+            if get().await.ends_with("xx") {
+                from_server += 1;
+            }
+        }
+        let failed = Instant::now();
+        while state("bad").as_deref() != Some("Error") {
+            assert!(
+                failed.elapsed() < Duration::from_millis(500),
+                "round {round}: not Error at once"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        while state("bad").as_deref() != Some("OK") {
+            assert!(
+                failed.elapsed() < Duration::from_secs(5),
+                "round {round}: never tried again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let back = failed.elapsed();
+        println!("round {round}: Error, then OK again {back:?} later");
+        assert!(
+            back >= Duration::from_millis(1400),
+            "passive_return is 1.5 s: {back:?}"
+        );
+        let last = engine
+            .transitions("bad")
+            .last()
+            .cloned()
+            .expect("a transition");
+        assert!(
+            last.reason.starts_with("passive profile: 1.5 s in Error"),
+            "{}",
+            last.reason
+        );
+    }
+    running.stop().await;
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
+    remove_config(&path);
+}

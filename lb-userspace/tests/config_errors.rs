@@ -829,6 +829,43 @@ fn s_hc2_tcp_handshake_is_half_open_or_full() {
     );
 }
 
+/// S-RT3: a passive profile watches 3 failures in a row and returns its server after 30 s
+/// unless told otherwise; `passive_return` belongs to passive profiles only and is above 0;
+/// `passive_failures` is at least 1.
+#[test]
+fn s_rt3_passive_profiles_and_their_fields_name_what_is_wrong() {
+    let config = parse(&check("passive", &[]), "lb.toml").expect("defaults");
+    let hc = &config.health_checks[0];
+    assert_eq!(
+        (&hc.kind, hc.passive_failures),
+        (
+            &HealthKind::Passive {
+                return_after: std::time::Duration::from_secs(30)
+            },
+            Some(3)
+        )
+    );
+    let text = check("tcp", &["passive_return = 10"]);
+    let words = "`passive_return` applies only to passive checks, not to a tcp check";
+    assert_issue(&text, "health_check[0].passive_return", 4, words);
+    let text = check("passive", &["passive_return = 0"]);
+    assert_issue(
+        &text,
+        "health_check[0].passive_return",
+        4,
+        "must be above 0 s",
+    );
+    let text = check("http", &["passive_failures = 0"]);
+    assert_issue(
+        &text,
+        "health_check[0].passive_failures",
+        4,
+        "0 must be between 1",
+    );
+    let config = parse(&check("http", &["passive_failures = 5"]), "lb.toml").expect("valid");
+    assert_eq!(config.health_checks[0].passive_failures, Some(5));
+}
+
 #[test]
 fn s_hc2_dns_needs_query_name() {
     let text = check("dns", &["query_type = \"AAAA\""]);

@@ -223,6 +223,10 @@ fn profile_value(hc: &HealthCheck, used_by: Vec<String>) -> Value {
     });
     let (kind, extra) = match &hc.kind {
         HealthKind::Ping => ("ping", Value::Null),
+        HealthKind::Passive { return_after } => (
+            "passive",
+            json!({ "passive_return_s": return_after.as_secs_f64() }),
+        ),
         HealthKind::Tcp(handshake) => (
             "tcp",
             json!({ "handshake": match handshake {

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -13,12 +12,12 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{BackendService, HealthCheck, ipv6_health_key};
+use crate::config::{BackendService, HealthCheck, HealthKind, ipv6_health_key};
 
 use super::clock::Clock;
 use super::history::{CheckRecord, ServiceLog, Transition};
 use super::probe::{NetworkProbes, ProbeFactory};
-use super::scheduler::{self, CheckTask};
+use super::scheduler::{self, CheckTask, ForcedError};
 use super::state::HealthState;
 
 /// Health of one Backend Service as the data path sees it.
@@ -124,7 +123,7 @@ struct Entry {
     task: Option<(u64, JoinHandle<()>)>,
     log: Arc<Mutex<ServiceLog>>,
     /// Tells the check task that live traffic decided Error (passive health).
-    forced_error: Arc<AtomicBool>,
+    forced_error: Arc<ForcedError>,
 }
 
 /// What decides whether a reload may keep a service's state and schedule.
@@ -265,6 +264,9 @@ impl HealthEngine {
             });
             let state = match (&spec.check, saved) {
                 (Some(_), Some(saved)) => saved.state,
+                // Nothing would ever decide a passive profile's Preparing: live traffic
+                // can only find it failing.
+                (Some(c), None) if matches!(c.kind, HealthKind::Passive { .. }) => HealthState::Ok,
                 (Some(_), None) => HealthState::Preparing,
                 (None, _) => HealthState::Ok,
             };
@@ -291,7 +293,7 @@ impl HealthEngine {
                     check_duration: Duration::ZERO,
                 });
             }
-            let forced_error = Arc::new(AtomicBool::new(false));
+            let forced_error = Arc::new(ForcedError::default());
             let task = spec.check.as_ref().map(|profile| {
                 registry.next_task += 1;
                 let id = registry.next_task;
@@ -334,7 +336,7 @@ impl HealthEngine {
         if observed.is_none() || entry.state != HealthState::Ok {
             return false;
         }
-        entry.forced_error.store(true, Ordering::Release);
+        entry.forced_error.raise();
         entry.state = HealthState::Error;
         let reason = format!("live traffic: {reason}");
         tracing::warn!(service, %reason, "health state changed: OK -> Error");
@@ -479,7 +481,7 @@ struct Start {
     log: Arc<Mutex<ServiceLog>>,
     /// Preparing, or a restored state.
     initial: HealthState,
-    forced_error: Arc<AtomicBool>,
+    forced_error: Arc<ForcedError>,
 }
 
 fn spawn_check(
@@ -494,6 +496,26 @@ fn spawn_check(
         initial,
         forced_error,
     } = start;
+    // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
+    let weak = Arc::downgrade(shared);
+    let name = service.name.clone();
+    let on_change = move |transition| {
+        if let Some(shared) = weak.upgrade() {
+            shared.apply(&name, task_id, transition);
+        }
+    };
+    let Some(probe) = shared.options.probes.build(service, profile) else {
+        // No active check: live traffic decides, and Error lasts `return_after`.
+        let return_after = match profile.kind {
+            HealthKind::Passive { return_after } => return_after,
+            _ => profile.period,
+        };
+        let name = service.name.clone();
+        let clock = shared.clock;
+        let passive =
+            scheduler::run_passive(name, return_after, forced_error, initial, clock, on_change);
+        return shared.runtime.spawn(passive);
+    };
     let first_delay = if shared.options.spread_first_checks && !profile.period.is_zero() {
         rand::rng().random_range(Duration::ZERO..profile.period)
     } else {
@@ -501,7 +523,7 @@ fn spawn_check(
     };
     let task = CheckTask {
         name: service.name.clone(),
-        probe: shared.options.probes.build(service, profile),
+        probe,
         profile: Arc::clone(profile),
         first_delay,
         log,
@@ -509,16 +531,7 @@ fn spawn_check(
         initial,
         forced_error,
     };
-    // The task holds a weak handle so a dropped engine is not kept alive by its own tasks.
-    let weak = Arc::downgrade(shared);
-    let name = service.name.clone();
-    shared
-        .runtime
-        .spawn(scheduler::run(task, move |transition| {
-            if let Some(shared) = weak.upgrade() {
-                shared.apply(&name, task_id, transition);
-            }
-        }))
+    shared.runtime.spawn(scheduler::run(task, on_change))
 }
 
 fn abort(entry: &mut Entry) {

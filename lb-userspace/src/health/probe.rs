@@ -55,8 +55,9 @@ pub trait Probe: Send + Sync {
 /// Builds the probe for a Backend Service and its profile; a seam so tests can plug scripted
 /// targets into the real scheduler and engine.
 pub trait ProbeFactory: Send + Sync {
-    /// Returns the probe that checks `service` as `check` describes.
-    fn build(&self, service: &BackendService, check: &HealthCheck) -> Arc<dyn Probe>;
+    /// Returns the probe that checks `service` as `check` describes; None for a profile
+    /// with no active check (`type = "passive"`).
+    fn build(&self, service: &BackendService, check: &HealthCheck) -> Option<Arc<dyn Probe>>;
 }
 
 /// The production factory: real ICMP, TCP, HTTP(S) and DNS probes.
@@ -64,16 +65,17 @@ pub trait ProbeFactory: Send + Sync {
 pub struct NetworkProbes;
 
 impl ProbeFactory for NetworkProbes {
-    fn build(&self, service: &BackendService, check: &HealthCheck) -> Arc<dyn Probe> {
+    fn build(&self, service: &BackendService, check: &HealthCheck) -> Option<Arc<dyn Probe>> {
         let addr = SocketAddr::new(service.address, service.port);
         let timeout = check.timeout;
-        match &check.kind {
+        Some(match &check.kind {
             HealthKind::Ping => Arc::new(PingProbe::new(service.address, timeout)),
             HealthKind::Tcp(handshake) => Arc::new(TcpProbe::new(addr, timeout, *handshake)),
             HealthKind::Http(http) => Arc::new(HttpProbe::plain(addr, http.clone(), timeout)),
             HealthKind::Https(http) => Arc::new(HttpProbe::tls(addr, http.clone(), timeout)),
             HealthKind::Dns(dns) => Arc::new(DnsProbe::new(addr, dns.clone(), timeout)),
-        }
+            HealthKind::Passive { .. } => return None,
+        })
     }
 }
 

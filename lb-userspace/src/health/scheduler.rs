@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::config::HealthCheck;
@@ -34,9 +35,78 @@ pub(crate) struct CheckTask {
     /// Where the state machine starts: Preparing, or the state restored from the previous
     /// run.
     pub initial: HealthState,
-    /// Set when live traffic put the service in Error (passive health, S-RT3): the machine
-    /// restarts from Error, so RS successes are needed to return.
-    pub forced_error: Arc<AtomicBool>,
+    /// Raised when live traffic put the service in Error (passive health, S-RT3): the
+    /// machine restarts from Error, so RS successes are needed to return.
+    pub forced_error: Arc<ForcedError>,
+}
+
+/// Live traffic decided Error (passive health): a flag the check loop reads after each check,
+/// and a wake-up for the loop of a profile with no active check, which has nothing else to
+/// wait for.
+#[derive(Debug, Default)]
+pub(crate) struct ForcedError {
+    raised: AtomicBool,
+    wake: Notify,
+}
+
+impl ForcedError {
+    /// Live traffic put the service in Error.
+    pub(crate) fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// True once after each [`ForcedError::raise`].
+    fn take(&self) -> bool {
+        self.raised.swap(false, Ordering::AcqRel)
+    }
+
+    /// Waits for the next [`ForcedError::raise`].
+    async fn raised(&self) {
+        while !self.take() {
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// The loop of a service whose profile has no active check (`type = "passive"`): live
+/// traffic is its only judge. Each time it puts the service in Error, the service returns to
+/// OK `return_after` later, when the next requests try it again.
+pub(crate) async fn run_passive(
+    name: String,
+    return_after: Duration,
+    forced_error: Arc<ForcedError>,
+    initial: HealthState,
+    clock: Clock,
+    on_change: impl Fn(Transition) + Send,
+) {
+    let mut in_error = initial == HealthState::Error;
+    loop {
+        if !in_error {
+            forced_error.raised().await;
+        }
+        sleep(return_after).await;
+        // A raise while waiting belongs to this same Error.
+        forced_error.take();
+        in_error = false;
+        let reason = format!(
+            "passive profile: {} in Error without an active check; tried again",
+            fmt_secs(return_after)
+        );
+        tracing::info!(service = %name, from = "Error", to = "OK", %reason, "health state changed");
+        on_change(Transition {
+            at: clock.now(),
+            from: HealthState::Error,
+            to: HealthState::Ok,
+            reason,
+            check_duration: Duration::ZERO,
+        });
+    }
+}
+
+/// Whole seconds as "30 s", fractions as "0.5 s".
+fn fmt_secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// Runs checks until the task is aborted; `on_change` receives every state change.
@@ -73,7 +143,7 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
         log.lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push_check(record, &result.reason);
-        if forced_error.swap(false, Ordering::AcqRel) {
+        if forced_error.take() {
             machine = StateMachine::new(profile.required_successes, profile.required_failures)
                 .starting_in(HealthState::Error);
         }

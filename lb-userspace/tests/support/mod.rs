@@ -78,14 +78,14 @@ impl Probe for Script {
 pub struct Scripts(pub HashMap<String, Arc<Script>>);
 
 impl ProbeFactory for Scripts {
-    fn build(&self, service: &BackendService, _check: &HealthCheck) -> Arc<dyn Probe> {
-        match self.0.get(&service.name) {
+    fn build(&self, service: &BackendService, _check: &HealthCheck) -> Option<Arc<dyn Probe>> {
+        Some(match self.0.get(&service.name) {
             Some(script) => script.clone(),
             None => Arc::new(Script {
                 origin: Instant::now(),
                 phases: vec![],
             }),
-        }
+        })
     }
 }
 

@@ -13,6 +13,8 @@ use crate::config::model::HealthCheck;
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawHealthCheck, RawHealthType};
 
+/// `passive_failures` of a `type = "passive"` profile that does not write it.
+const DEFAULT_PASSIVE_FAILURES: u32 = 3;
 /// S-HC4: P or T at or above this is applied as 1 s.
 const TOO_LONG: Duration = Duration::from_secs(120);
 /// S-HC1 default Period and Timeout; also the S-HC4 replacement value and minimum Period.
@@ -60,10 +62,18 @@ fn convert(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthCheck {
             &format!("{path}.required_failures"),
             issues,
         ),
-        passive_failures: raw
-            .passive_failures
-            .as_ref()
-            .map(|n| count(Some(n), 1, &format!("{path}.passive_failures"), issues)),
+        // A passive profile watches live traffic by definition: 3 failures in a row unless
+        // written.
+        passive_failures: match (&raw.passive_failures, kind) {
+            (Some(n), _) => Some(count(
+                Some(n),
+                1,
+                &format!("{path}.passive_failures"),
+                issues,
+            )),
+            (None, RawHealthType::Passive) => Some(DEFAULT_PASSIVE_FAILURES),
+            (None, _) => None,
+        },
     }
 }
 

@@ -3,7 +3,11 @@
 
 use std::ops::Range;
 
+use std::time::Duration;
+
 use serde_spanned::Spanned;
+
+use super::seconds::seconds;
 
 use crate::config::issues::Issues;
 use crate::config::model::{DnsCheck, Handshake, HealthKind, HttpCheck};
@@ -17,7 +21,7 @@ const DNS_TYPES: [(&str, u16); 2] = [("A", 1), ("AAAA", 28)];
 fn specific_fields(
     raw: &RawHealthCheck,
 ) -> Vec<(&'static str, Range<usize>, &'static [RawHealthType])> {
-    use RawHealthType::{Dns, Http, Https, Tcp};
+    use RawHealthType::{Dns, Http, Https, Passive, Tcp};
     const WEB: &[RawHealthType] = &[Http, Https];
     let span_of =
         |present: Option<Range<usize>>, name, types| present.map(|span| (name, span, types));
@@ -54,6 +58,11 @@ fn specific_fields(
             raw.handshake.as_ref().map(Spanned::span),
             "handshake",
             &[Tcp],
+        ),
+        span_of(
+            raw.passive_return.as_ref().map(Spanned::span),
+            "passive_return",
+            &[Passive],
         ),
     ]
     .into_iter()
@@ -92,6 +101,28 @@ pub(in crate::config) fn probe(entry: &Entry<RawHealthCheck>, issues: &mut Issue
         RawHealthType::Http => HealthKind::Http(http(entry, issues)),
         RawHealthType::Https => HealthKind::Https(http(entry, issues)),
         RawHealthType::Dns => HealthKind::Dns(dns(entry, issues)),
+        RawHealthType::Passive => HealthKind::Passive {
+            return_after: passive_return(entry, issues),
+        },
+    }
+}
+
+/// How long a passive profile's Error lasts when no `passive_return` is written.
+const PASSIVE_RETURN: Duration = Duration::from_secs(30);
+
+/// `passive_return`: seconds, above 0, default 30.
+fn passive_return(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> Duration {
+    let Some(value) = &entry.raw.passive_return else {
+        return PASSIVE_RETURN;
+    };
+    let field = format!("{}.passive_return", entry.path);
+    match seconds(value, &field, issues) {
+        Some(d) if d.is_zero() => {
+            issues.error(&value.span(), &field, "passive_return must be above 0 s");
+            PASSIVE_RETURN
+        }
+        Some(d) => d,
+        None => PASSIVE_RETURN,
     }
 }
 

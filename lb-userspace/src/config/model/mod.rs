@@ -210,6 +210,13 @@ pub enum HealthKind {
     Https(HttpCheck),
     /// DNS query over UDP.
     Dns(DnsCheck),
+    /// No active check: only live L7 traffic decides (passive health, S-RT3). The service
+    /// starts OK; `passive_failures` failures in a row put it in Error, and it returns to OK
+    /// after `return_after` (Envoy's outlier ejection time).
+    Passive {
+        /// How long Error lasts before the service is tried again (`passive_return`).
+        return_after: Duration,
+    },
 }
 
 /// How far a TCP check takes the handshake (`handshake` in a `type = "tcp"` profile).

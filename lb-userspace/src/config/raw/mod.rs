@@ -66,6 +66,7 @@ pub(in crate::config) struct RawHealthCheck {
     pub required_successes: Option<Spanned<i64>>,
     pub required_failures: Option<Spanned<i64>>,
     pub passive_failures: Option<Spanned<i64>>,
+    pub passive_return: Option<Spanned<f64>>,
     pub method: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,
@@ -86,6 +87,7 @@ pub(in crate::config) enum RawHealthType {
     Http,
     Https,
     Dns,
+    Passive,
 }
 
 impl RawHealthType {
@@ -97,6 +99,7 @@ impl RawHealthType {
             Self::Http => "http",
             Self::Https => "https",
             Self::Dns => "dns",
+            Self::Passive => "passive",
         }
     }
 }

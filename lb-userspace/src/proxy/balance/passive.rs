@@ -70,7 +70,8 @@ impl Watch {
         }
     }
 
-    /// An exchange with `backend` failed; reports once when the run reaches `limit`.
+    /// An exchange with `backend` failed; reports when the run reaches `limit`, and starts
+    /// counting anew (the service may return, and its next run must be reported too).
     pub(crate) fn failed(&self, backend: &str, limit: Option<u32>, error: LiveError) {
         let Some(limit) = limit else {
             return;
@@ -79,6 +80,7 @@ impl Watch {
         if run != limit.max(1) {
             return;
         }
+        self.run.store(0, Ordering::Relaxed);
         if let Some(report) = &self.report {
             let reason = format!("{run} consecutive failures, the last: {error}");
             let _ = report.send(LiveFailure {
@@ -94,7 +96,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn s_rt3_a_run_of_failures_is_reported_once_and_a_success_ends_it() {
+    fn s_rt3_each_run_of_failures_is_reported_and_a_success_ends_it() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let watch = Watch::new(Some(tx));
         watch.failed("a", Some(3), LiveError::Connect);
@@ -111,7 +113,10 @@ mod tests {
             "3 consecutive failures, the last: no answer within the server timeout"
         );
         watch.failed("a", Some(3), LiveError::Timeout);
-        assert!(rx.try_recv().is_err(), "once per run");
+        watch.failed("a", Some(3), LiveError::Timeout);
+        assert!(rx.try_recv().is_err(), "a new run starts after a report");
+        watch.failed("a", Some(3), LiveError::Timeout);
+        assert!(rx.try_recv().is_ok(), "and is reported in turn");
         watch.failed("b", None, LiveError::Connect);
         assert!(rx.try_recv().is_err(), "off without passive_failures");
     }
