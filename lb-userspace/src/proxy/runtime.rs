@@ -161,8 +161,8 @@ impl VsRuntime {
     }
 
     /// Like [`Self::acquire`], leaving out `tried`: the servers this request or connection
-    /// already failed to connect to (a retry goes to another server of the same list; a
-    /// client pinned to a tried server is re-pinned, S-MT5).
+    /// already failed on (a retry goes to another server of the same list; a client pinned
+    /// to a tried server is re-pinned, S-MT5), and servers full with a full queue.
     pub(crate) fn acquire_other<'s>(
         &'s self,
         settings: &VsSettings,
@@ -178,9 +178,12 @@ impl VsRuntime {
         if tried.is_empty() {
             return self.pool.acquire(list, &info, client, pin_key);
         }
+        // A retry goes neither where this request failed nor where it would be refused
+        // (S-RT2); selection already left out Maintenance and Error.
+        let avoid = |name: &String| tried.contains(name) || self.pool.full(name);
         let mut others = list.clone();
-        others.eligible.retain(|e| !tried.contains(&e.name));
-        others.drained.retain(|name| !tried.contains(name));
+        others.eligible.retain(|e| !avoid(&e.name));
+        others.drained.retain(|name| !avoid(name));
         self.pool.acquire(&others, &info, client, pin_key)
     }
 

@@ -210,6 +210,16 @@ impl Pool {
         }
     }
 
+    /// True when `backend` is at its connection limit with its queue full: a retry does not
+    /// go there (S-RT2), it would only be refused.
+    pub fn full(&self, backend: &str) -> bool {
+        let queue_size = self.settings.load().queue_size as u64;
+        self.backends.load().get(backend).is_some_and(|b| {
+            let usage = b.gate.usage();
+            !usage.has_room && usage.queued >= queue_size
+        })
+    }
+
     /// Requests or connections holding a slot on any backend now (what a retry budget is a
     /// share of).
     pub fn current(&self) -> u64 {

@@ -236,3 +236,20 @@ async fn raised_limit_serves_waiters() {
     );
     waiter.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn s_rt2_a_backend_at_its_limit_with_a_full_queue_is_full_for_retries() {
+    // Limit 1, queue 1: one holds the slot, one waits; only then is `a` full.
+    let pool = Pool::new("vs", &l7(Algorithm::RoundRobin, Persistence::None, 1));
+    let info = infos(&[("a", 1, Some(1), false)]);
+    let list = sel(&[("a", 1)], &[], &[]);
+    assert!(!pool.full("a"), "unknown yet: not full");
+    let first = pool.acquire(&list, &info, client(1), None).await.unwrap();
+    assert!(!pool.full("a"), "at its limit, its queue has room");
+    let waiter = spawn_acquire(&pool, &list, info.clone(), 2, None, Duration::ZERO);
+    settle().await;
+    assert!(pool.full("a"), "at its limit with its queue full");
+    drop(first);
+    assert_eq!(waiter.await.unwrap().unwrap(), "a");
+    assert!(!pool.full("a"));
+}
