@@ -74,6 +74,16 @@ impl Daemon {
         report::save_states(&report::states_path(&self.config_path), &states)
     }
 
+    /// Copies of every DNS vService's sockets (address, UDP, TCP), for an upgrade.
+    pub async fn dns_sockets(
+        &self,
+    ) -> Vec<(SocketAddr, std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+        match self.gslb.lock().await.as_ref() {
+            Some(gslb) => gslb.listening_sockets().await,
+            None => Vec::new(),
+        }
+    }
+
     /// The configuration file the daemon was started with (changes are written back to it).
     pub fn config_path(&self) -> &Path {
         &self.config_path
@@ -290,6 +300,8 @@ pub struct StartOptions {
     /// Listening sockets handed over by the `lb run` this one replaces, by address: the L7
     /// vServices listen on them instead of binding.
     pub inherited: HashMap<SocketAddr, std::net::TcpListener>,
+    /// The same for the DNS vServices' sockets.
+    pub dns: crate::gslb::DnsSockets,
     /// Saved health decisions younger than this are restored (`lb run --restore-within`,
     /// default 30 s; zero restores none).
     pub restore_within: Duration,
@@ -299,6 +311,7 @@ impl Default for StartOptions {
     fn default() -> Self {
         StartOptions {
             inherited: HashMap::new(),
+            dns: Default::default(),
             restore_within: report::RESTORE_WITHIN,
         }
     }
@@ -313,6 +326,7 @@ pub async fn start_with(
 ) -> Result<Running> {
     let StartOptions {
         inherited,
+        dns,
         restore_within,
     } = options;
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
@@ -344,7 +358,7 @@ pub async fn start_with(
     let proxy = Proxy::start_inheriting(cfg.clone(), selections.clone(), inherited).await?;
     let gslb = match cfg.dns_vservices.is_empty() {
         true => None,
-        false => Some(Gslb::start(cfg.clone()).await?),
+        false => Some(Gslb::start_inheriting(cfg.clone(), dns).await?),
     };
     let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
     let (reload, reload_rx) = watch::channel(0u64);

@@ -1,8 +1,9 @@
 //! One running DNS vService: its UDP and TCP listeners (hickory-server), its pollers, and
 //! how a reload changes it in place.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,16 @@ const TCP_BUFFER: usize = 16;
 /// How long a graceful stop may take before the listeners are dropped.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// Sockets handed over by the `lb run` this one replaces, by address: DNS vServices
+/// listen on them instead of binding.
+#[derive(Debug, Default)]
+pub struct DnsSockets {
+    /// UDP sockets.
+    pub udp: HashMap<SocketAddr, std::net::UdpSocket>,
+    /// TCP listeners.
+    pub tcp: HashMap<SocketAddr, std::net::TcpListener>,
+}
+
 /// One site API polled on behalf of several site services.
 struct Target {
     api: String,
@@ -42,19 +53,35 @@ pub struct Instance {
     pub shared: Arc<Shared>,
     server: Server<Handler>,
     pollers: Vec<JoinHandle<()>>,
+    /// Copies of its UDP and TCP sockets, for an `lb run` that takes over.
+    copies: (OwnedFd, OwnedFd),
 }
 
 impl Instance {
-    /// Binds UDP and TCP on the configured address, polls every site once (so the first
-    /// answers already reflect the sites), then serves.
-    pub async fn start(cfg: DnsVService) -> anyhow::Result<Instance> {
+    /// Binds UDP and TCP on the configured address (or takes `inherited` sockets there,
+    /// from the `lb run` this one replaces), polls every site once (so the first answers
+    /// already reflect the sites), then serves.
+    pub async fn start(cfg: DnsVService, inherited: &mut DnsSockets) -> anyhow::Result<Instance> {
         let listen = SocketAddr::new(cfg.address, cfg.port);
-        let udp = UdpSocket::bind(listen)
-            .await
-            .with_context(|| format!("dns vservice `{}`: binding UDP {listen}", cfg.name))?;
-        let tcp = TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("dns vservice `{}`: binding TCP {listen}", cfg.name))?;
+        let name = &cfg.name;
+        let udp = match inherited.udp.remove(&listen) {
+            Some(socket) => socket
+                .set_nonblocking(true)
+                .and_then(|()| UdpSocket::from_std(socket)),
+            None => UdpSocket::bind(listen).await,
+        }
+        .with_context(|| format!("dns vservice `{name}`: binding UDP {listen}"))?;
+        let tcp = match inherited.tcp.remove(&listen) {
+            Some(socket) => socket
+                .set_nonblocking(true)
+                .and_then(|()| TcpListener::from_std(socket)),
+            None => TcpListener::bind(listen).await,
+        }
+        .with_context(|| format!("dns vservice `{name}`: binding TCP {listen}"))?;
+        let copies = (
+            udp.as_fd().try_clone_to_owned()?,
+            tcp.as_fd().try_clone_to_owned()?,
+        );
         let shared = Arc::new(Shared {
             limiter: ArcSwap::from_pointee(RateLimiter::new(cfg.rate_limit)),
             zone: ArcSwap::from_pointee(Zone::new(cfg.clone())),
@@ -74,7 +101,13 @@ impl Instance {
             shared,
             server,
             pollers,
+            copies,
         })
+    }
+
+    /// Copies of its (UDP, TCP) sockets, sharing them (closing ours later leaves these open).
+    pub fn sockets(&self) -> std::io::Result<(OwnedFd, OwnedFd)> {
+        Ok((self.copies.0.try_clone()?, self.copies.1.try_clone()?))
     }
 
     /// Applies a new configuration with the same listener: statuses of site services that

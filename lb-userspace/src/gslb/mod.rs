@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::config::Config;
 
+pub use instance::DnsSockets;
 use instance::Instance;
 use server::Shared;
 
@@ -60,6 +61,8 @@ pub struct DnsCounters {
 /// Runs every DNS vService of a configuration; [`Gslb::update`] applies a reload.
 pub struct Gslb {
     instances: Mutex<HashMap<String, Instance>>,
+    /// Sockets handed over at start, taken by the DNS vServices that listen there.
+    inherited: Mutex<DnsSockets>,
     /// What the synchronous readers see, in configuration order.
     published: ArcSwap<Vec<(String, Arc<Shared>)>>,
 }
@@ -68,15 +71,45 @@ impl Gslb {
     /// Starts every DNS vService of `cfg` (binding its UDP and TCP sockets and polling its
     /// sites once). Fails, stopping what it started, when a listener cannot be bound.
     pub async fn start(cfg: Arc<Config>) -> anyhow::Result<Gslb> {
+        Self::start_inheriting(cfg, DnsSockets::default()).await
+    }
+
+    /// Like [`Gslb::start`], listening on `inherited` sockets (from the `lb run` being
+    /// replaced) where their address is a DNS vService's; unused ones are closed.
+    pub async fn start_inheriting(cfg: Arc<Config>, inherited: DnsSockets) -> anyhow::Result<Gslb> {
         let gslb = Gslb {
             instances: Mutex::new(HashMap::new()),
+            inherited: Mutex::new(inherited),
             published: ArcSwap::from_pointee(Vec::new()),
         };
         if let Err(error) = gslb.update(cfg).await {
             gslb.shutdown().await;
             return Err(error);
         }
+        *gslb.inherited.lock().await = DnsSockets::default();
         Ok(gslb)
+    }
+
+    /// Copies of every DNS vService's sockets: (address, UDP, TCP), for the `lb run` that
+    /// takes over.
+    pub async fn listening_sockets(
+        &self,
+    ) -> Vec<(
+        std::net::SocketAddr,
+        std::os::fd::OwnedFd,
+        std::os::fd::OwnedFd,
+    )> {
+        let instances = self.instances.lock().await;
+        let mut out = Vec::new();
+        for instance in instances.values() {
+            match instance.sockets() {
+                Ok((udp, tcp)) => out.push((instance.listen, udp, tcp)),
+                Err(e) => {
+                    tracing::warn!(listen = %instance.listen, "cannot copy the DNS sockets: {e}")
+                }
+            }
+        }
+        out
     }
 
     /// Applies a reloaded configuration: unchanged listeners keep serving (no socket is
@@ -108,7 +141,10 @@ impl Gslb {
             if let Some(old) = instances.remove(&dns.name) {
                 old.stop().await;
             }
-            match Instance::start(dns.clone()).await {
+            let mut inherited = self.inherited.lock().await;
+            let started = Instance::start(dns.clone(), &mut inherited).await;
+            drop(inherited);
+            match started {
                 Ok(instance) => {
                     instances.insert(dns.name.clone(), instance);
                 }

@@ -39,6 +39,10 @@ pub(crate) enum Role {
     L7,
     /// The REST API.
     Api,
+    /// A DNS vService's UDP socket.
+    DnsUdp,
+    /// A DNS vService's TCP listener.
+    DnsTcp,
 }
 
 /// One message of the old daemon: the addresses of the sockets that come with it.
@@ -67,6 +71,8 @@ pub(crate) struct Taken {
     pub l7: HashMap<SocketAddr, TcpListener>,
     /// The API's socket, with its address.
     pub api: Option<(SocketAddr, TcpListener)>,
+    /// DNS vService sockets.
+    pub dns: crate::gslb::DnsSockets,
     line: UnixStream,
 }
 
@@ -94,6 +100,7 @@ pub(crate) fn take(config_path: &Path) -> Result<Taken> {
     line.write_all(b"take 1\n")?;
     let mut l7 = HashMap::new();
     let mut api = None;
+    let mut dns = crate::gslb::DnsSockets::default();
     loop {
         let (batch, fds) = receive(&line)?;
         if batch.sockets.len() != fds.len() {
@@ -104,12 +111,17 @@ pub(crate) fn take(config_path: &Path) -> Result<Taken> {
             );
         }
         for ((role, addr), fd) in batch.sockets.into_iter().zip(fds) {
-            let socket = TcpListener::from(fd);
             match role {
                 Role::L7 => {
-                    l7.insert(addr, socket);
+                    l7.insert(addr, TcpListener::from(fd));
                 }
-                Role::Api => api = Some((addr, socket)),
+                Role::Api => api = Some((addr, TcpListener::from(fd))),
+                Role::DnsUdp => {
+                    dns.udp.insert(addr, std::net::UdpSocket::from(fd));
+                }
+                Role::DnsTcp => {
+                    dns.tcp.insert(addr, TcpListener::from(fd));
+                }
             }
         }
         if !batch.more {
@@ -117,11 +129,9 @@ pub(crate) fn take(config_path: &Path) -> Result<Taken> {
         }
         line.write_all(b"next\n")?;
     }
-    info!(
-        sockets = l7.len() + usize::from(api.is_some()),
-        "took the listening sockets of the running lb run"
-    );
-    Ok(Taken { l7, api, line })
+    let sockets = l7.len() + usize::from(api.is_some()) + dns.udp.len() + dns.tcp.len();
+    info!(sockets, "took the listening sockets of the running lb run");
+    Ok(Taken { l7, api, dns, line })
 }
 
 /// Reads one batch line and the descriptors that came with it.

@@ -86,8 +86,13 @@ async fn serve(
         .as_mut()
         .map(|t| std::mem::take(&mut t.l7))
         .unwrap_or_default();
+    let dns = taken
+        .as_mut()
+        .map(|t| std::mem::take(&mut t.dns))
+        .unwrap_or_default();
     let start = crate::daemon::StartOptions {
         inherited,
+        dns,
         restore_within: options.restore_within,
     };
     let running = crate::daemon::start_with(dp, cfg, config_path.clone(), start).await?;
@@ -165,10 +170,11 @@ fn wait_for_successor(
             };
             let daemon = daemon.clone();
             let api_socket = api_socket.clone();
+            let runtime = tokio::runtime::Handle::current();
             let answered = tokio::task::spawn_blocking(move || {
                 let line = line.into_std()?;
                 line.set_nonblocking(false)?;
-                let sockets = || sockets_of(&daemon, &api_socket);
+                let sockets = || sockets_of(&runtime, &daemon, &api_socket);
                 let before = || {
                     if let Err(e) = daemon.save_health_states() {
                         warn!("saving the health states for the new lb run: {e:#}");
@@ -191,8 +197,12 @@ fn wait_for_successor(
     }))
 }
 
-/// Copies of every listening socket: each L7 vService's and the API's.
-fn sockets_of(daemon: &Daemon, api: &(SocketAddr, OwnedFd)) -> Vec<(Role, SocketAddr, OwnedFd)> {
+/// Copies of every listening socket: each L7 vService's, each DNS vService's and the API's.
+fn sockets_of(
+    runtime: &tokio::runtime::Handle,
+    daemon: &Daemon,
+    api: &(SocketAddr, OwnedFd),
+) -> Vec<(Role, SocketAddr, OwnedFd)> {
     let mut out: Vec<(Role, SocketAddr, OwnedFd)> = daemon
         .proxy()
         .map(|p| p.listening_sockets())
@@ -200,6 +210,10 @@ fn sockets_of(daemon: &Daemon, api: &(SocketAddr, OwnedFd)) -> Vec<(Role, Socket
         .into_iter()
         .map(|(addr, fd)| (Role::L7, addr, fd))
         .collect();
+    for (addr, udp, tcp) in runtime.block_on(daemon.dns_sockets()) {
+        out.push((Role::DnsUdp, addr, udp));
+        out.push((Role::DnsTcp, addr, tcp));
+    }
     match api.1.try_clone() {
         Ok(fd) => out.push((Role::Api, api.0, fd)),
         Err(e) => warn!("cannot copy the API socket: {e}"),
