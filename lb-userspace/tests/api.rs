@@ -854,3 +854,100 @@ fn lb_run_refuses_to_start_when_the_api_address_is_taken() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the API answers to `body` POSTed to `path`: the status code (0: no answer).
+async fn post_raw(api_port: u16, path: &str, body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut conn) = tokio::net::TcpStream::connect(("127.0.0.1", api_port)).await else {
+        return 0;
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: lb\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(body).await.is_err() {
+        return 0;
+    }
+    let mut answer = Vec::new();
+    let read = conn.read_to_end(&mut answer);
+    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
+    std::str::from_utf8(answer.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Any JSON value, nested a few levels.
+fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        "[ -~]{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("on".to_string()),
+                    Just("weight".to_string()),
+                    "[a-z]{1,6}"
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Issue 20: the API's JSON bodies, fuzzed. Whatever is POSTed to an endpoint that takes a
+/// body (bytes, JSON of any shape, the right keys with wrong types), the answer is a 2xx or
+/// a 4xx that names the problem, never a 5xx or a dropped connection, and the daemon serves
+/// on. `PROPTEST_CASES` sets the count (`cargo xtask fuzz` runs many).
+#[test]
+fn any_body_gets_an_answer_and_the_daemon_serves_on() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let api_port = free_port();
+    let node = rt.block_on(start_node("fuzz", api_port, ""));
+    let paths = [
+        "/api/v1/backends/b1/maintenance",
+        "/api/v1/backends/b2/backup",
+        "/api/v1/backends/nope/maintenance",
+        "/api/v1/groups/g/maintenance",
+        "/api/v1/groups/g/backup",
+        "/api/v1/vservices/web/sessions/rebalance",
+        "/api/v1/cluster/config",
+    ];
+    let body = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..256),
+        json_value().prop_map(|v| serde_json::to_vec(&v).expect("json")),
+        json_value().prop_map(|v| serde_json::to_vec(&json!({ "on": v })).expect("json")),
+    ];
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(128);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let strategy = (0..paths.len(), body);
+    let result = runner.run(&strategy, |(which, body)| {
+        let path = paths[which];
+        let status = rt.block_on(post_raw(api_port, path, &body));
+        prop_assert!(
+            (200..500).contains(&status),
+            "{path} answered {status} to {:?}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(())
+    });
+    let status = rt.block_on(node.get("/api/v1/status"));
+    rt.block_on(node.shutdown());
+    result.expect("every body answered with 2xx or 4xx");
+    assert_eq!(status.status, 200);
+}

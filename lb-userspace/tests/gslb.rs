@@ -730,3 +730,72 @@ async fn e2e_s_gs1_s_gs2_ipv6_site_daemons_answer_aaaa() {
     backend_a.abort();
     backend_s.abort();
 }
+
+/// Issue 20: the DNS side, fuzzed. Datagrams of random bytes, and queries with random names,
+/// types, flags and counts, get an answer or silence (never a crash); after each one a
+/// valid query is still answered. `PROPTEST_CASES` sets the count.
+#[test]
+fn any_datagram_leaves_the_dns_vservice_answering() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (a, gslb, server) = rt.block_on(async {
+        let a = site(LIVE, None).await;
+        let sites = [site_toml("a", "192.0.2.1", &a.url, false, "")];
+        let (gslb, port) = start("round-robin", 1, 0, &sites).await;
+        (a, gslb, SocketAddr::from(([127, 0, 0, 1], port)))
+    });
+    rt.block_on(wait_answers(
+        server,
+        &["192.0.2.1"],
+        Duration::from_secs(10),
+    ));
+    let shaped = (
+        any::<u16>(),
+        any::<u16>(),
+        "[a-zA-Z0-9.*_-]{0,70}",
+        any::<u16>(),
+        prop::collection::vec(any::<u8>(), 0..32),
+    )
+        .prop_map(|(id, flags, name, qtype, tail)| {
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&id.to_be_bytes());
+            bytes.extend_from_slice(&flags.to_be_bytes());
+            bytes.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+            for label in name.split('.') {
+                let label = &label.as_bytes()[..label.len().min(63)];
+                bytes.push(label.len() as u8);
+                bytes.extend_from_slice(label);
+            }
+            bytes.push(0);
+            bytes.extend_from_slice(&qtype.to_be_bytes());
+            bytes.extend_from_slice(&[0, 1]);
+            bytes.extend_from_slice(&tail);
+            bytes
+        });
+    let datagram = prop_oneof![prop::collection::vec(any::<u8>(), 0..600), shaped];
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(128);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let result = runner.run(&datagram, |bytes| {
+        rt.block_on(async {
+            let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+            socket.send_to(&bytes, server).await.expect("send");
+            let mut buf = vec![0u8; 4096];
+            let got = tokio::time::timeout(Duration::from_millis(300), socket.recv(&mut buf));
+            if let Ok(Ok(len)) = got.await {
+                prop_assert!(Message::from_vec(&buf[..len]).is_ok(), "an answer is DNS");
+            }
+            let answer = udp(server, &query_bytes("www.gslb.test.", RecordType::A)).await;
+            prop_assert!(answer.is_some(), "still answering after {bytes:?}");
+            Ok(())
+        })
+    });
+    rt.block_on(async {
+        gslb.shutdown().await;
+        a.task.abort();
+    });
+    result.expect("the DNS vService answers on");
+}

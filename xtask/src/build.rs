@@ -108,6 +108,24 @@ pub fn test(extra: &[String]) -> Result<()> {
         .env("LB_XDP_OBJECT", object()))
 }
 
+/// Every property test (names with `fuzz`, `any_`, or parser properties) with `cases` cases
+/// each, in release mode. Needs no XDP object: the properties run on loopback.
+pub fn fuzz(cases: u32) -> Result<()> {
+    run(cargo()
+        .args(["test", "--release", "--locked", "-p", "lb-userspace"])
+        .args([
+            "--lib",
+            "--test",
+            "config_fuzz",
+            "--test",
+            "api",
+            "--test",
+            "gslb",
+        ])
+        .args(["--", "fuzz", "any_"])
+        .env("PROPTEST_CASES", cases.to_string()))
+}
+
 /// ns/packet of the data path and the Maglev build time, in release mode.
 pub fn bench_xdp() -> Result<()> {
     setup::setup()?;

@@ -82,6 +82,14 @@ enum Cmd {
     },
     /// Set up, build, and run the namespace demo (client, balancer, three backends).
     Demo,
+    /// The property tests of the parsers that face clients and operators (HTTP/1.1 heads
+    /// and chunked bodies, DNS datagrams, the configuration, the API's JSON bodies) with
+    /// many more cases than `cargo test` runs, in release mode.
+    Fuzz {
+        /// Cases per property.
+        #[arg(long, default_value_t = 20_000)]
+        cases: u32,
+    },
 }
 
 fn main() {
@@ -148,5 +156,6 @@ fn run_cli(cli: Cli) -> Result<()> {
             other => anyhow::bail!("unknown benchmark {other}"),
         },
         Cmd::Demo => build::demo(),
+        Cmd::Fuzz { cases } => build::fuzz(cases),
     }
 }

@@ -6,6 +6,8 @@
 //! both paths share selection, balancing, persistence, conditions and local answers.
 
 mod chunked;
+#[cfg(test)]
+mod fuzz;
 mod head;
 pub(crate) mod idle;
 mod io;
