@@ -570,6 +570,62 @@ async fn s_mt8_bad_body_and_unknown_name() {
     node.shutdown().await;
 }
 
+/// S-MT8 for weights (HAProxy's `set server weight`): `POST backends/NAME/weight` writes the
+/// weight to the file (comments kept), the running configuration and the API show it when
+/// the call answers; bad bodies are refused naming the field, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_mt8_weight_written_back_and_applied() {
+    let node = start_node("weight", free_port(), "").await;
+    let a = node
+        .post("/api/v1/backends/b2/weight", json!({"weight": 7}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["weight"].as_u64()),
+        (200, Some(7)),
+        "{}",
+        a.body
+    );
+    let text = node.text();
+    assert!(text.contains("weight = 7"), "{text}");
+    assert!(text.contains("maintenance = false # b2 comment"), "{text}");
+    let running = node.running.as_ref().expect("running").daemon.config();
+    let b2 = running.backend_services.iter().find(|s| s.name == "b2");
+    assert_eq!(
+        b2.map(|s| s.weight),
+        Some(7),
+        "applied when the call answered"
+    );
+    let view = node.get("/api/v1/backends/b2").await;
+    assert_eq!(view.body["weight"], 7, "{}", view.body);
+    let before = node.text();
+    let c = node.client(Some(TOKEN));
+    for (body, status) in [
+        (json!({}), 400),
+        (json!({"weight": -1}), 422),
+        (json!({"weight": 70000}), 422),
+        (json!({"weight": 1.5}), 422),
+        (json!({"weight": "3"}), 422),
+        (json!({"weight": 3, "on": true}), 422),
+    ] {
+        let a = c
+            .call(Method::POST, "/api/v1/backends/b2/weight", Some(&body))
+            .await
+            .unwrap();
+        assert_eq!(a.status, status, "{body}: {}", a.body);
+        assert!(
+            a.body["error"].as_str().unwrap().contains('`'),
+            "{}",
+            a.body
+        );
+    }
+    let a = node
+        .post("/api/v1/backends/nope/weight", json!({"weight": 1}))
+        .await;
+    assert_eq!(a.status, 404);
+    assert_eq!(node.text(), before);
+    node.shutdown().await;
+}
+
 /// Auth: missing or wrong token -> 401 JSON; the right one -> 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_token_required() {

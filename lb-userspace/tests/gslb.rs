@@ -733,7 +733,8 @@ async fn e2e_s_gs1_s_gs2_ipv6_site_daemons_answer_aaaa() {
 
 /// Issue 20: the DNS side, fuzzed. Datagrams of random bytes, and queries with random names,
 /// types, flags and counts, get an answer or silence (never a crash); after each one a
-/// valid query is still answered. `PROPTEST_CASES` sets the count.
+/// valid query is still answered. `PROPTEST_CASES` sets the count (a tenth of it here: a
+/// datagram left unanswered costs a 50 ms wait).
 #[test]
 fn any_datagram_leaves_the_dns_vservice_answering() {
     use proptest::prelude::*;
@@ -776,15 +777,15 @@ fn any_datagram_leaves_the_dns_vservice_answering() {
     let datagram = prop_oneof![prop::collection::vec(any::<u8>(), 0..600), shaped];
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(128);
+        .and_then(|n| n.parse::<u32>().ok())
+        .map_or(128, |n| (n / 10).max(128));
     let mut runner = TestRunner::new(Config::with_cases(cases));
     let result = runner.run(&datagram, |bytes| {
         rt.block_on(async {
             let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
             socket.send_to(&bytes, server).await.expect("send");
             let mut buf = vec![0u8; 4096];
-            let got = tokio::time::timeout(Duration::from_millis(300), socket.recv(&mut buf));
+            let got = tokio::time::timeout(Duration::from_millis(50), socket.recv(&mut buf));
             if let Ok(Ok(len)) = got.await {
                 prop_assert!(Message::from_vec(&buf[..len]).is_ok(), "an answer is DNS");
             }

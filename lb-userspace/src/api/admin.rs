@@ -169,6 +169,75 @@ pub(crate) async fn backend_maintenance(
     .await
 }
 
+/// Largest weight a Backend Service takes (as in the configuration file).
+const MAX_WEIGHT: u64 = 65_535;
+
+/// Reads `{"weight": N}`, naming the field in every complaint.
+pub(crate) fn parse_weight(body: &[u8]) -> ApiResult<u32> {
+    let shape = "{\"weight\": 0..65535}";
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("body must be JSON {shape}: {e}")))?;
+    let obj = v.as_object().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "body must be a JSON object with the field `weight`: {shape}"
+        ))
+    })?;
+    if let Some(k) = obj.keys().find(|k| k.as_str() != "weight") {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("unknown field `{k}`: the body is {shape}"),
+        ));
+    }
+    match obj.get("weight") {
+        Some(Value::Number(n)) => match n.as_u64().filter(|w| *w <= MAX_WEIGHT) {
+            Some(w) => Ok(w as u32),
+            None => Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("field `weight` must be a whole number from 0 to {MAX_WEIGHT}, not {n}"),
+            )),
+        },
+        Some(other) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("field `weight` must be a whole number from 0 to {MAX_WEIGHT}, not {other}"),
+        )),
+        None => Err(ApiError::bad_request(format!(
+            "missing field `weight` (0 to {MAX_WEIGHT}; 0 drains)"
+        ))),
+    }
+}
+
+/// `POST /api/v1/backends/{name}/weight` (HAProxy's `set server weight`): the new weight is
+/// written back to the file (S-MT8) and applies to new requests and flows when this answers;
+/// 0 drains (S-BK11).
+pub(crate) async fn backend_weight(
+    State(st): State<ApiState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let weight = parse_weight(&body)?;
+    if !st
+        .daemon
+        .config()
+        .backend_services
+        .iter()
+        .any(|s| s.name == name)
+    {
+        return Err(ApiError::not_found("Backend Service", &name));
+    }
+    {
+        let _one = st.edits.lock().await;
+        let path = st.daemon.config_path();
+        let old = write_back::read(path).map_err(write_error)?;
+        let value = toml_edit::Value::from(i64::from(weight));
+        let new = write_back::set_value(&old, "backend_service", &name, "weight", value)
+            .map_err(write_error)?;
+        replace_config(&st, &old, &new).await?;
+    }
+    info!(%name, weight, "Backend Service weight set through the API and written back");
+    st.cluster.changed(&st.daemon);
+    Ok(Json(json!({ "name": name, "weight": weight })))
+}
+
 /// `POST /api/v1/backends/{name}/backup`.
 pub(crate) async fn backend_backup(
     st: State<ApiState>,

@@ -56,6 +56,24 @@ pub enum FlagCommand {
     },
 }
 
+/// What can be set on a Backend Service.
+#[derive(Subcommand, Debug)]
+pub enum BackendCommand {
+    /// Maintenance or Backup.
+    #[command(flatten)]
+    Flag(FlagCommand),
+    /// Weight of new requests and flows (0 drains: open ones continue, new ones go
+    /// elsewhere), like HAProxy's `set server weight`.
+    Weight {
+        /// Name.
+        name: String,
+        /// 0 to 65535.
+        weight: u16,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
+}
+
 /// Session Affinity Manager (S-MT5).
 #[derive(Subcommand, Debug)]
 pub enum SessionsCommand {
@@ -102,9 +120,10 @@ pub enum ClusterCommand {
 /// Every API subcommand of `lb`.
 #[derive(Subcommand, Debug)]
 pub enum ApiCommand {
-    /// Set a Backend Service's Maintenance or Backup flag (written to the config file).
+    /// Set a Backend Service's Maintenance or Backup flag or its weight (written to the
+    /// config file).
     #[command(subcommand)]
-    Backend(FlagCommand),
+    Backend(BackendCommand),
     /// Set a Backend Group's Maintenance or Backup flag (written to the config file).
     #[command(subcommand)]
     Group(FlagCommand),
@@ -170,7 +189,14 @@ async fn run_async(cmd: ApiCommand) -> Result<()> {
         ),
     };
     let (opts, method, path, body, print) = match cmd {
-        C::Backend(f) => flag("backends", f),
+        C::Backend(BackendCommand::Flag(f)) => flag("backends", f),
+        C::Backend(BackendCommand::Weight { name, weight, opts }) => (
+            opts,
+            Method::POST,
+            format!("/api/v1/backends/{}/weight", enc(&name)),
+            Some(json!({ "weight": weight })),
+            Print::Done,
+        ),
         C::Group(f) => flag("groups", f),
         C::Backends { opts } => (
             opts,

@@ -76,6 +76,10 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
             "/api/v1/backends/{name}/backup",
             post(admin::backend_backup),
         )
+        .route(
+            "/api/v1/backends/{name}/weight",
+            post(admin::backend_weight),
+        )
         .route("/api/v1/groups", get(read::groups))
         .route("/api/v1/groups/{name}", get(read::group))
         .route(

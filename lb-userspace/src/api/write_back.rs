@@ -43,6 +43,18 @@ pub fn set_flag(
     key: &str,
     on: bool,
 ) -> Result<String, WriteBackError> {
+    set_value(text, table, name, key, Value::from(on))
+}
+
+/// Sets `key = value` in the `[[table]]` entry whose `name` is `name`, like [`set_flag`]
+/// (a weight, say).
+pub fn set_value(
+    text: &str,
+    table: &str,
+    name: &str,
+    key: &str,
+    value: Value,
+) -> Result<String, WriteBackError> {
     let mut doc: DocumentMut = text.parse()?;
     let not_found = || WriteBackError::NotInFile {
         table: table.into(),
@@ -54,7 +66,7 @@ pub fn set_flag(
             .iter_mut()
             .find(|t| t.get("name").and_then(Item::as_str) == Some(name))
             .ok_or_else(not_found)?;
-        set_in_table(entry, key, on);
+        set_in_table(entry, key, value);
     } else if let Some(array) = item.as_array_mut() {
         let entry = array
             .iter_mut()
@@ -62,9 +74,9 @@ pub fn set_flag(
             .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
             .ok_or_else(not_found)?;
         match entry.get_mut(key) {
-            Some(v) => replace_keeping_decor(v, on),
+            Some(v) => replace_keeping_decor(v, value),
             None => {
-                entry.insert(key, Value::from(on));
+                entry.insert(key, value);
             }
         }
     } else {
@@ -73,18 +85,18 @@ pub fn set_flag(
     Ok(doc.to_string())
 }
 
-fn set_in_table(table: &mut Table, key: &str, on: bool) {
+fn set_in_table(table: &mut Table, key: &str, value: Value) {
     match table.get_mut(key).and_then(Item::as_value_mut) {
-        Some(v) => replace_keeping_decor(v, on),
+        Some(v) => replace_keeping_decor(v, value),
         None => {
-            table.insert(key, toml_edit::value(on));
+            table.insert(key, toml_edit::value(value));
         }
     }
 }
 
-fn replace_keeping_decor(v: &mut Value, on: bool) {
+fn replace_keeping_decor(v: &mut Value, value: Value) {
     let decor = v.decor().clone();
-    *v = Value::from(on);
+    *v = value;
     *v.decor_mut() = decor;
 }
 
