@@ -13,7 +13,13 @@ use lb::network::{self, DataPath, LoadOptions, Status};
 use tracing::{info, warn};
 
 #[derive(Parser)]
-#[command(name = "lb", version, about = "Load balancer: XDP Network vServices")]
+#[command(
+    name = "lb",
+    version,
+    about = "Load balancer: Network vServices in XDP (TCP, UDP, any IP; NAT or DSR; IPv4 and \
+             IPv6), HTTP and L7 TCP vServices in a proxy, DNS vServices across sites, one \
+             health engine for all, a REST API and a Live Stats page"
+)]
 struct Cli {
     /// How log lines are written to stderr: `text` (coloured only on a terminal) or `json`
     /// (one object per line, for log shippers).

@@ -36,7 +36,7 @@ pub enum OnOff {
 /// A flag of a Backend Service or Group.
 #[derive(Subcommand, Debug)]
 pub enum FlagCommand {
-    /// Maintenance Mode (S-MT): stop new traffic, keep open connections.
+    /// Maintenance: stop new traffic, keep open connections.
     Maintenance {
         /// Name.
         name: String,
@@ -45,7 +45,7 @@ pub enum FlagCommand {
         #[command(flatten)]
         opts: ApiOpts,
     },
-    /// Backup flag (S-BK).
+    /// Backup: serve only while no main server of the list can.
     Backup {
         /// Name.
         name: String,
@@ -74,7 +74,7 @@ pub enum BackendCommand {
     },
 }
 
-/// Session Affinity Manager (S-MT5).
+/// Session Affinity Manager: which client is pinned to which server.
 #[derive(Subcommand, Debug)]
 pub enum SessionsCommand {
     /// List the persistence pins of a vService.
@@ -102,7 +102,7 @@ pub enum SessionsCommand {
     },
 }
 
-/// Cluster commands (S-CL).
+/// Cluster commands: configuration shared with peer balancers.
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
     /// Synchronize: push this node's configuration to every peer now.
@@ -137,7 +137,7 @@ pub enum ApiCommand {
         #[command(flatten)]
         opts: ApiOpts,
     },
-    /// Health transitions and recent checks of a Backend Service (S-HC8).
+    /// Health transitions and recent checks of a Backend Service.
     Transitions {
         /// Backend Service name.
         name: String,
@@ -164,6 +164,19 @@ pub fn run(cmd: ApiCommand) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(run_async(cmd))
+}
+
+/// Epoch milliseconds as local date and time to the millisecond (`--json` keeps the
+/// milliseconds); the value itself when it is not a time.
+fn local_time(ms: &Value) -> String {
+    let time = ms
+        .as_i64()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.with_timezone(&chrono::Local));
+    match time {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        None => ms.to_string(),
+    }
 }
 
 fn on(s: OnOff) -> Value {
@@ -419,13 +432,13 @@ impl Print {
             }
             Print::Transitions => {
                 println!(
-                    "{:<15} {:<10} {:<10} {:>8}  reason",
-                    "at_unix_ms", "from", "to", "check_ms"
+                    "{:<23} {:<10} {:<10} {:>8}  reason",
+                    "at (local time)", "from", "to", "check_ms"
                 );
                 for t in items(v, "transitions") {
                     println!(
-                        "{:<15} {:<10} {:<10} {:>8}  {}",
-                        s(&t["at_unix_ms"]),
+                        "{:<23} {:<10} {:<10} {:>8}  {}",
+                        local_time(&t["at_unix_ms"]),
                         s(&t["from"]),
                         s(&t["to"]),
                         s(&t["check_ms"]),
@@ -486,5 +499,26 @@ pub fn host_port(address: &str, port: impl std::fmt::Display) -> String {
         format!("[{address}]:{port}")
     } else {
         format!("{address}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_times_read_as_local_dates_to_the_millisecond() {
+        let shown = local_time(&json!(1_700_000_000_123_i64));
+        let expected = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S%.3f")
+                .to_string()
+        });
+        assert_eq!(Some(shown.clone()), expected);
+        assert!(
+            shown.ends_with(".123") && shown.starts_with("2023-11-1"),
+            "{shown}"
+        );
+        assert_eq!(local_time(&json!("soon")), "\"soon\"");
     }
 }

@@ -76,6 +76,18 @@ pub(crate) async fn vservice(
     Ok(Json(v))
 }
 
+/// True when `name` is a member of `vs`'s lists, directly or through a Backend Group.
+fn view_lists_have(snap: &Snapshot, vs: &crate::config::VService, name: &str) -> bool {
+    vs.backends.iter().any(|member| {
+        member == name
+            || snap
+                .cfg
+                .backend_groups
+                .iter()
+                .any(|g| &g.name == member && g.members.iter().any(|m| m == name))
+    })
+}
+
 fn backend_value(snap: &Snapshot, name: &str) -> ApiResult<Value> {
     let view = snap
         .backend(name)
@@ -94,7 +106,15 @@ fn backend_value(snap: &Snapshot, name: &str) -> ApiResult<Value> {
         );
     }
     if let Some(r) = snap.report.services.get(name) {
-        v["network_health"] = json!(r.network);
+        // What Network traffic follows exists only where a Network vService uses it.
+        let in_network = snap
+            .cfg
+            .vservices
+            .iter()
+            .any(|vs| vs.kind.is_network() && view_lists_have(snap, vs, name));
+        if in_network {
+            v["network_health"] = json!(r.network);
+        }
         v["l7_health"] = json!(r.l7);
     }
     Ok(v)
