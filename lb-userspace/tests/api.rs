@@ -456,6 +456,22 @@ async fn s_ob_metrics_parse() {
     assert!(text.contains(r#"lb_backend_maintenance{backend="b1"} 0"#));
     assert!(text.contains(r#"lb_list_tier{vservice="tcpvs",list="default"} 0"#));
     assert!(text.contains(r#"lb_health_transitions_total{backend="b1",address="127.0.0.1"} 1"#));
+    assert!(
+        text.contains(&format!(
+            r#"lb_build_info{{version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+    for family in [
+        "lb_l7_responses_total",
+        "lb_l7_malformed_requests_total",
+        "lb_l7_upstream_aborts_total",
+        "lb_l7_retries_total",
+        "lb_l7_server_timeouts_total",
+    ] {
+        assert!(types.contains(family), "{family} in /metrics");
+    }
     node.shutdown().await;
 }
 

@@ -1198,6 +1198,17 @@ async fn s_rt1_a_main_killed_under_load_fails_no_request() {
         retries > 10,
         "requests picked for the dead main were retried: {retries}"
     );
+    let answered_2xx: u64 = env
+        .stats("web")
+        .pool
+        .backends
+        .iter()
+        .map(|b| b.classes[1])
+        .sum();
+    assert_eq!(
+        answered_2xx, ok,
+        "every answer is counted as a 2xx of its backend"
+    );
 }
 
 /// S-RT1: a client that leaves while its request waits for an answer cancels it: the proxy

@@ -40,12 +40,22 @@ impl Out {
     }
 }
 
-/// Renders every family from one snapshot.
-pub(crate) fn render(st: &ApiState) -> String {
+/// Renders every family from one snapshot; `dns` holds the DNS vServices' counters.
+pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String {
     let snap = Snapshot::take(&st.daemon);
     let cfg = &snap.cfg;
     let mut o = Out(String::new());
 
+    o.family(
+        "lb_build_info",
+        "gauge",
+        "Always 1; the labels say which lb runs.",
+    );
+    o.sample(
+        "lb_build_info",
+        &[("version", env!("CARGO_PKG_VERSION"))],
+        1,
+    );
     o.family(
         "lb_backend_health",
         "gauge",
@@ -163,17 +173,34 @@ pub(crate) fn render(st: &ApiState) -> String {
                 }
             }
         }
-        o.family(
-            "lb_xdp_drops_total",
-            "counter",
-            "Packets dropped per Network VIP.",
-        );
-        for vip in &net.vips {
-            o.sample(
+        let per_vip: [(&str, &str, CounterOf); 4] = [
+            (
+                "lb_xdp_vip_packets_total",
+                "Packets to a Network VIP that XDP handled.",
+                |c| c.packets,
+            ),
+            (
+                "lb_xdp_vip_bytes_total",
+                "Bytes to a Network VIP that XDP handled.",
+                |c| c.bytes,
+            ),
+            (
+                "lb_xdp_vip_new_flows_total",
+                "New flows to a Network VIP.",
+                |c| c.new_flows,
+            ),
+            (
                 "lb_xdp_drops_total",
-                &[("vservice", &vip.name), ("vip", &vip.address)],
-                vip.counters.drops,
-            );
+                "Packets dropped per Network VIP.",
+                |c| c.drops,
+            ),
+        ];
+        for (name, help, get) in per_vip {
+            o.family(name, "counter", help);
+            for vip in &net.vips {
+                let labels = [("vservice", vip.name.as_str()), ("vip", &vip.address)];
+                o.sample(name, &labels, get(&vip.counters));
+            }
         }
         o.family("lb_xdp_global_total", "counter", "Global XDP counters.");
         for (counter, v) in &net.global {
@@ -216,6 +243,24 @@ pub(crate) fn render(st: &ApiState) -> String {
             }
         }
         o.family(
+            "lb_l7_responses_total",
+            "counter",
+            "HTTP answers per backend, by status class (1xx to 5xx).",
+        );
+        for (vs, c) in proxy {
+            for (b, v) in &c.backends {
+                for (i, n) in v.classes.iter().enumerate() {
+                    let class = format!("{}xx", i + 1);
+                    let labels = [
+                        ("vservice", vs.as_str()),
+                        ("backend", b),
+                        ("code_class", &class),
+                    ];
+                    o.sample("lb_l7_responses_total", &labels, n);
+                }
+            }
+        }
+        o.family(
             "lb_l7_bytes_total",
             "counter",
             "Bytes proxied per backend and direction.",
@@ -232,11 +277,21 @@ pub(crate) fn render(st: &ApiState) -> String {
                 }
             }
         }
-        let per_vservice: [(&str, &str, CountOf); 4] = [
+        let per_vservice: [(&str, &str, CountOf); 6] = [
             (
                 "lb_l7_unavailable_total",
                 "Requests refused because nothing could serve (S-BK9).",
                 |c| c.unavailable,
+            ),
+            (
+                "lb_l7_malformed_requests_total",
+                "Requests refused before reaching a backend: malformed (400) or over a size limit (414, 431).",
+                |c| c.bad_requests,
+            ),
+            (
+                "lb_l7_upstream_aborts_total",
+                "Answers or connections a backend cut short.",
+                |c| c.upstream_aborts,
             ),
             (
                 "lb_l7_retries_refused_total",
@@ -261,8 +316,47 @@ pub(crate) fn render(st: &ApiState) -> String {
             }
         }
     }
+    let per_dns: [(&str, &str, DnsCountOf); 6] = [
+        (
+            "lb_dns_queries_total",
+            "Queries a DNS vService received.",
+            |c| c.queries,
+        ),
+        (
+            "lb_dns_answers_total",
+            "Answers with at least one address.",
+            |c| c.answered,
+        ),
+        (
+            "lb_dns_standby_answers_total",
+            "Answers naming a standby site.",
+            |c| c.standby_answers,
+        ),
+        ("lb_dns_nxdomain_total", "NXDOMAIN answers.", |c| c.nxdomain),
+        (
+            "lb_dns_formerr_total",
+            "FORMERR answers (malformed queries).",
+            |c| c.formerr,
+        ),
+        (
+            "lb_dns_rate_limited_total",
+            "Queries dropped by the per-source rate limit.",
+            |c| c.rate_limited,
+        ),
+    ];
+    if !dns.is_empty() {
+        for (family, help, read) in per_dns {
+            o.family(family, "counter", help);
+            for c in dns {
+                o.sample(family, &[("dns_vservice", &c.dns_vservice)], read(c));
+            }
+        }
+    }
     o.0
 }
+
+/// Reads one counter of a DNS vService.
+type DnsCountOf = fn(&crate::gslb::DnsCounters) -> u64;
 
 /// Reads one counter of a vService.
 type CountOf = fn(&VsCounts) -> u64;
@@ -271,11 +365,17 @@ type BackendCountOf = fn(&BackendStats) -> u64;
 
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(st): State<ApiState>) -> impl IntoResponse {
+    let dns = st
+        .daemon
+        .gslb_status()
+        .await
+        .map(|g| g.counters)
+        .unwrap_or_default();
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&st),
+        render(&st, &dns),
     )
 }

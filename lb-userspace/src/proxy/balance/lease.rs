@@ -81,6 +81,12 @@ impl Lease {
     /// The backend answered with `status` (HTTP) or took the connection (L7 TCP, 0): a 5xx
     /// counts towards passive health, anything else ends a run of failures.
     pub fn answered(&self, status: u16) {
+        if let Some(class) = (100..600)
+            .contains(&status)
+            .then(|| usize::from(status / 100 - 1))
+        {
+            self.backend.counters.classes[class].add(1);
+        }
         if status >= 500 {
             let limit = self.passive_failures;
             let error = LiveError::Status(status);

@@ -198,6 +198,7 @@ impl Pool {
                     failures: counters.failures.get(),
                     retries: counters.retries.get(),
                     redispatches: counters.redispatches.get(),
+                    classes: std::array::from_fn(|i| counters.classes[i].get()),
                 }
             })
             .collect();

@@ -17,6 +17,8 @@ pub(crate) struct Counters {
     pub retries: Counter,
     /// Of those, the ones sent to another backend (HAProxy's redispatches).
     pub redispatches: Counter,
+    /// HTTP answers by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    pub classes: [Counter; 5],
 }
 
 /// Pool-wide refusals, by cause.
@@ -103,6 +105,8 @@ pub struct BackendStats {
     pub retries: u64,
     /// Of those, the ones sent to another Backend Service.
     pub redispatches: u64,
+    /// HTTP answers it gave, by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    pub classes: [u64; 5],
 }
 
 impl BackendStats {
@@ -117,5 +121,8 @@ impl BackendStats {
         self.failures += other.failures;
         self.retries += other.retries;
         self.redispatches += other.redispatches;
+        for (mine, theirs) in self.classes.iter_mut().zip(other.classes) {
+            *mine += theirs;
+        }
     }
 }
