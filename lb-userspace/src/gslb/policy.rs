@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use crate::config::{DnsPolicy, DnsRecord, SiteService};
+use crate::config::{DnsPolicy, DnsRecord, SiteService, Unreachable};
 
 use super::status::SiteState;
 
@@ -50,24 +50,35 @@ pub fn can_serve(policy: DnsPolicy, view: View) -> bool {
 /// `views[i]` belongs to `record.sites[i]`; `turn` counts the queries of this name and
 /// rotates round robin, weighted slots and least-loaded ties.
 pub fn choose(record: &DnsRecord, views: &[View], family: Family, turn: u64) -> Vec<IpAddr> {
-    let usable = |standby: bool| -> Vec<(usize, IpAddr)> {
+    let usable = |standby: bool, unreachable: bool| -> Vec<(usize, IpAddr)> {
         record
             .sites
             .iter()
             .zip(views)
             .enumerate()
-            .filter(|(_, (site, view))| site.standby == standby && can_serve(record.policy, **view))
+            .filter(|(_, (site, view))| {
+                site.standby == standby
+                    && can_serve(record.policy, **view)
+                    && (unreachable || view.state != SiteState::NoConnection)
+            })
             .filter_map(|(index, (site, _))| address(site, family).map(|a| (index, a)))
             .collect()
     };
-    // S-GS1/S-GS2: standbys only while no active site can serve.
-    let mut tier = usable(false);
-    if tier.is_empty() {
-        tier = usable(true);
+    // S-GS1/S-GS2: standbys only while no active site can serve. Unreachable sites count
+    // as able to serve only with `unreachable = "serve"`; otherwise they come last, when no
+    // site of either tier is known to serve.
+    let serve_unreachable = record.unreachable == Unreachable::Serve;
+    let mut tiers = vec![(false, serve_unreachable), (true, serve_unreachable)];
+    if !serve_unreachable {
+        tiers.extend([(false, true), (true, true)]);
     }
-    if tier.is_empty() {
+    let Some(tier) = tiers
+        .into_iter()
+        .map(|(standby, unreachable)| usable(standby, unreachable))
+        .find(|tier| !tier.is_empty())
+    else {
         return Vec::new();
-    }
+    };
     let ordered = match record.policy {
         DnsPolicy::RoundRobin => rotate(tier, turn),
         DnsPolicy::Weighted => weighted(record, tier, turn),

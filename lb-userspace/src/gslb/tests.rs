@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use serde_json::json;
 
-use crate::config::{DnsPolicy, DnsRecord, SiteService};
+use crate::config::{DnsPolicy, DnsRecord, SiteService, Unreachable};
 
 use super::policy::{Family, View, choose};
 use super::poll::evaluate;
@@ -29,6 +29,7 @@ fn record(policy: DnsPolicy, answers: u32, sites: Vec<SiteService>) -> DnsRecord
         name: "www.gslb.example.".into(),
         policy,
         answers,
+        unreachable: Unreachable::Skip,
         sites,
     }
 }
@@ -115,10 +116,17 @@ fn s_gs4_unknown_status_only_in_plain_round_robin() {
         view(SiteState::NoMetrics, None),
         ok(),
     ];
-    let rr = record(DnsPolicy::RoundRobin, 4, sites.clone());
+    let mut rr = record(DnsPolicy::RoundRobin, 4, sites.clone());
+    rr.unreachable = Unreachable::Serve;
     let mut got = choose(&rr, &views, Family::V4, 0);
     got.sort();
     assert_eq!(got, vec![ip(1), ip(2)]);
+    rr.unreachable = Unreachable::Skip;
+    assert_eq!(
+        choose(&rr, &views, Family::V4, 0),
+        vec![ip(2)],
+        "by default an unreachable site is left out while another can serve"
+    );
     for policy in [DnsPolicy::Weighted, DnsPolicy::LeastLoaded] {
         let rec = record(policy, 4, sites.clone());
         assert_eq!(
@@ -127,6 +135,36 @@ fn s_gs4_unknown_status_only_in_plain_round_robin() {
             "{policy:?}"
         );
     }
+}
+
+/// Issue 19: with the default `unreachable = "skip"`, an active site whose daemon does not
+/// answer (No Connection) hands over to its standby; it is answered only when no site of
+/// the name is known to serve. `"serve"` keeps answering it.
+#[test]
+fn an_unreachable_active_site_hands_over_to_its_standby_by_default() {
+    let sites = vec![site("a", 1, false, 1), site("s", 9, true, 1)];
+    let mut rr = record(DnsPolicy::RoundRobin, 1, sites);
+    let unreachable_and_ok = [view(SiteState::NoConnection, None), ok()];
+    assert_eq!(choose(&rr, &unreachable_and_ok, Family::V4, 0), vec![ip(9)]);
+    let both_unreachable = [
+        view(SiteState::NoConnection, None),
+        view(SiteState::NoConnection, None),
+    ];
+    assert_eq!(
+        choose(&rr, &both_unreachable, Family::V4, 0),
+        vec![ip(1)],
+        "nothing known to serve: the active site is still answered"
+    );
+    let down_and_unreachable = [
+        view(SiteState::NoServices, None),
+        view(SiteState::NoConnection, None),
+    ];
+    assert_eq!(
+        choose(&rr, &down_and_unreachable, Family::V4, 0),
+        vec![ip(9)]
+    );
+    rr.unreachable = Unreachable::Serve;
+    assert_eq!(choose(&rr, &unreachable_and_ok, Family::V4, 0), vec![ip(1)]);
 }
 
 /// Round robin: each active site comes first in turn.

@@ -14,10 +14,12 @@ use super::seconds::seconds;
 use super::vservice::listeners::{Listener, overlap, same_socket_address};
 use crate::config::issues::Issues;
 use crate::config::model::{
-    DnsPolicy, DnsRecord, DnsVService, PortSpec, SiteService, VServiceKind,
+    DnsPolicy, DnsRecord, DnsVService, PortSpec, SiteService, Unreachable, VServiceKind,
 };
 use crate::config::raw::RawVService;
-use crate::config::raw::dns::{RawDnsPolicy, RawDnsRecord, RawDnsVService, RawSite};
+use crate::config::raw::dns::{
+    RawDnsPolicy, RawDnsRecord, RawDnsVService, RawSite, RawUnreachable,
+};
 use crate::config::raw::document::Entry;
 
 /// Defaults of a DNS vService.
@@ -262,10 +264,15 @@ fn records(
         if let (Some(name), Some((policy, answers, sites))) = (name, converted)
             && issues.error_count() == before
         {
+            let unreachable = match raw.unreachable.as_ref().map(|u| *u.get_ref()) {
+                None | Some(RawUnreachable::Skip) => Unreachable::Skip,
+                Some(RawUnreachable::Serve) => Unreachable::Serve,
+            };
             valid.push(DnsRecord {
                 name,
                 policy,
                 answers,
+                unreachable,
                 sites,
             });
         }

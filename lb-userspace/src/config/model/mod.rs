@@ -634,8 +634,23 @@ pub struct DnsRecord {
     pub policy: DnsPolicy,
     /// Most addresses in one answer. Default 1.
     pub answers: u32,
+    /// What round robin does with a site whose daemon does not answer (No Connection).
+    pub unreachable: Unreachable,
     /// Site services, in configuration order.
     pub sites: Vec<SiteService>,
+}
+
+/// A site whose daemon cannot be reached (No Connection) may be up or down: nothing says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unreachable {
+    /// Answered only when no site of the name is known to be able to serve, so an
+    /// unreachable active site hands over to its standby (`unreachable = "skip"`). The
+    /// default.
+    #[default]
+    Skip,
+    /// Answered like a site that can serve (`unreachable = "serve"`): for sites whose
+    /// daemons are often unreachable from here while they serve well.
+    Serve,
 }
 
 /// Order of the sites in a DNS answer.

@@ -26,7 +26,16 @@ pub(in crate::config) struct RawDnsRecord {
     pub name: Spanned<String>,
     pub policy: Option<Spanned<RawDnsPolicy>>,
     pub answers: Option<Spanned<i64>>,
+    pub unreachable: Option<Spanned<RawUnreachable>>,
     pub site: Option<Spanned<Vec<Spanned<RawSite>>>>,
+}
+
+/// `dns_vservice.record.unreachable`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(in crate::config) enum RawUnreachable {
+    Skip,
+    Serve,
 }
 
 /// `dns_vservice.record.policy`.
