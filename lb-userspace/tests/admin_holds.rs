@@ -88,16 +88,22 @@ fn remove_config(path: &std::path::Path) {
 
 /// True when one GET / on a new connection is answered 200.
 async fn serves(addr: SocketAddr) -> bool {
+    get_once(addr).await.starts_with("HTTP/1.1 200")
+}
+
+/// One GET / on a new connection that closes after the answer: the whole answer (empty
+/// when nothing answered).
+async fn get_once(addr: SocketAddr) -> String {
     let Ok(mut conn) = TcpStream::connect(addr).await else {
-        return false;
+        return String::new();
     };
     let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
     if conn.write_all(request).await.is_err() {
-        return false;
+        return String::new();
     }
     let mut answer = Vec::new();
     let _ = conn.read_to_end(&mut answer).await;
-    answer.starts_with(b"HTTP/1.1 200")
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// S-MT3: 20 times, Maintenance on b1 then off, under keep-alive load from 4 clients: no
@@ -375,12 +381,8 @@ backends = ["good", "bad"]
     let mut fails = 0;
     while third_503.is_none() {
         assert!(started.elapsed() < Duration::from_secs(20), "no 503s seen");
-        let mut conn = TcpStream::connect(web).await.expect("connect");
-        let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
-        conn.write_all(request).await.expect("send");
-        let mut answer = Vec::new();
-        let _ = conn.read_to_end(&mut answer).await;
-        if answer.starts_with(b"HTTP/1.1 503") && answer.ends_with(b"xx") {
+        let answer = get_once(web).await;
+        if answer.starts_with("HTTP/1.1 503") && answer.ends_with("xx") {
             fails += 1;
             if fails == 3 {
                 third_503 = Some(Instant::now());
@@ -458,14 +460,6 @@ backends = ["bad"]
     let state = |name: &str| engine.snapshot().state(name).map(|s| s.to_string());
     assert_eq!(state("bad").as_deref(), Some("OK"), "no Preparing");
     let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
-    let get = || async move {
-        let mut conn = TcpStream::connect(web).await.expect("connect");
-        let request = b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n";
-        conn.write_all(request).await.expect("send");
-        let mut answer = Vec::new();
-        let _ = conn.read_to_end(&mut answer).await;
-        String::from_utf8_lossy(&answer).into_owned()
-    };
     for round in 0..2 {
         let started = Instant::now();
         let mut from_server = 0;
@@ -474,7 +468,7 @@ backends = ["bad"]
                 started.elapsed() < Duration::from_secs(10),
                 "no 503 from the server"
             );
-            if get().await.ends_with("xx") {
+            if get_once(web).await.ends_with("xx") {
                 from_server += 1;
             }
         }

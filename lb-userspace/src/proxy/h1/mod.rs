@@ -332,10 +332,16 @@ impl Conn {
                 },
             };
             if let Some(body) = held {
-                self.out.clear();
-                self.out.extend_from_slice(head);
-                self.out.extend_from_slice(&self.cbuf[..body]);
-                let answered = if send(&mut up, &self.out, t.server).await {
+                // Most requests have no body: their head goes as it is, without a copy.
+                let wire = if body == 0 {
+                    head
+                } else {
+                    self.out.clear();
+                    self.out.extend_from_slice(head);
+                    self.out.extend_from_slice(&self.cbuf[..body]);
+                    &self.out
+                };
+                let answered = if send(&mut up, wire, t.server).await {
                     self.first_response_bytes(&mut up, t).await
                 } else {
                     Err(ReadError::Closed)
