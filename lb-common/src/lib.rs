@@ -281,9 +281,9 @@ pub struct NextHop {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Packets forwarded (both directions for NAT).
+    /// Packets forwarded from clients to backends.
     pub packets: u64,
-    /// Bytes forwarded (whole frames).
+    /// Bytes forwarded from clients to backends (whole frames).
     pub bytes: u64,
     /// Flows newly assigned a backend (TCP SYN or connection-table miss).
     pub new_flows: u64,
@@ -291,6 +291,10 @@ pub struct Counters {
     pub drops: u64,
     /// Non-SYN packets that missed the connection table and were hashed again.
     pub ct_misses: u64,
+    /// NAT replies translated back towards clients (DSR replies bypass the balancer).
+    pub reply_packets: u64,
+    /// Bytes of those replies (whole frames).
+    pub reply_bytes: u64,
 }
 
 impl Counters {
@@ -301,6 +305,8 @@ impl Counters {
         self.new_flows += other.new_flows;
         self.drops += other.drops;
         self.ct_misses += other.ct_misses;
+        self.reply_packets += other.reply_packets;
+        self.reply_bytes += other.reply_bytes;
     }
 }
 

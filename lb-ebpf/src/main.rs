@@ -184,12 +184,7 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
-    let ev = stats::Event {
-        bytes: pkt.len,
-        new_flow: false,
-        ct_miss: false,
-    };
-    stats::forwarded(rev.vip_id, rev.slot, &ev);
+    stats::replied(rev.vip_id, rev.slot, pkt.len);
     stats::global(GLOBAL_NAT_REPLY);
     let port = if pkt.proto == IPPROTO_TCP || pkt.proto == IPPROTO_UDP {
         rev.vip_port

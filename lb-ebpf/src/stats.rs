@@ -19,6 +19,25 @@ pub struct Event {
     pub ct_miss: bool,
 }
 
+/// Counts a NAT reply translated back to its client, on its VIP and backend slot.
+#[inline(always)]
+pub fn replied(vip_id: u32, slot: u32, bytes: u64) {
+    if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
+        bump_reply(c, bytes);
+    }
+    if let Some(c) = BACKEND_STATS.get_ptr_mut(slot) {
+        bump_reply(c, bytes);
+    }
+}
+
+#[inline(always)]
+fn bump_reply(c: *mut Counters, bytes: u64) {
+    unsafe {
+        (*c).reply_packets += 1;
+        (*c).reply_bytes += bytes;
+    }
+}
+
 #[inline(always)]
 fn bump(c: *mut Counters, ev: &Event) {
     unsafe {

@@ -3,7 +3,8 @@
 //!
 //! Imports run one way: `config` -> `health` -> `selection` -> {`network`, `proxy`, `gslb`}
 //! -> `daemon` (the running parts behind one handle) -> `api`; `run` wires the daemon and
-//! its API together for `lb run`.
+//! its API together for `lb run`. `stats` (latency histograms) stands beside `config` at
+//! the bottom: it imports nothing and any layer records into it.
 
 pub mod api;
 pub mod config;
@@ -14,3 +15,4 @@ pub mod network;
 pub mod proxy;
 pub mod run;
 pub mod selection;
+pub mod stats;

@@ -421,11 +421,24 @@ async fn s_ob_read_endpoints() {
     node.shutdown().await;
 }
 
-/// /metrics: valid exposition format (every line a comment or `name{labels} value`).
+/// /metrics (S-OB): valid exposition as Prometheus' own linter reads it (`promtool check
+/// metrics`), every sample after its family's TYPE, and the histograms an operator expects
+/// (check durations, request durations, upstream connects) filled by real checks and requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_ob_metrics_parse() {
     let node = start_node("metrics", free_port(), "").await;
     wait_healthy(&node).await;
+    // Requests through the HTTP vService: its backends accept and close, so each is answered
+    // 502 by the proxy after its connects (retries included) succeeded.
+    let site = node.get("/api/v1/vservices/site").await.body;
+    let addr = format!(
+        "{}:{}",
+        site["address"].as_str().unwrap(),
+        site["ports"].as_str().unwrap()
+    );
+    for _ in 0..5 {
+        http_get(&addr).await;
+    }
     let text = node
         .get("/metrics")
         .await
@@ -433,19 +446,29 @@ async fn s_ob_metrics_parse() {
         .as_str()
         .unwrap()
         .to_string();
+    promtool_check(&text);
     let sample = regex::Regex::new(r#"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.eE+-]+$"#).unwrap();
-    let mut types = std::collections::HashSet::new();
+    let mut types = std::collections::HashMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let name = rest.split(' ').next().unwrap();
+            let mut words = rest.split(' ');
+            let name = words.next().unwrap().to_string();
+            let kind = words.next().unwrap().to_string();
             assert!(
-                types.insert(name.to_string()),
+                types.insert(name.clone(), kind).is_none(),
                 "TYPE once per family: {name}"
             );
         } else if !line.starts_with("# HELP ") {
             assert!(sample.is_match(line), "bad line: {line}");
             let name = line.split(['{', ' ']).next().unwrap();
-            assert!(types.contains(name), "sample before its TYPE: {line}");
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|f| types.get(*f).is_some_and(|k| k == "histogram"))
+                })
+                .unwrap_or(name);
+            assert!(types.contains_key(family), "sample before its TYPE: {line}");
         }
     }
     assert!(
@@ -463,16 +486,127 @@ async fn s_ob_metrics_parse() {
         )),
         "{text}"
     );
+    assert!(text.contains("lb_data_path_loaded 0\n"), "{text}");
+    assert!(text.contains("lb_proxy_running 1\n"), "{text}");
     for family in [
         "lb_l7_responses_total",
         "lb_l7_malformed_requests_total",
         "lb_l7_upstream_aborts_total",
         "lb_l7_retries_total",
         "lb_l7_server_timeouts_total",
+        "lb_start_time_seconds",
     ] {
-        assert!(types.contains(family), "{family} in /metrics");
+        assert!(types.contains_key(family), "{family} in /metrics");
     }
+    let value = |series: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    // Two checks a second of b1 and b2 since the start, every one timed.
+    assert!(value(r#"lb_health_check_duration_seconds_count{health_check="tcp1"}"#) >= 2.0);
+    assert_eq!(
+        value(r#"lb_health_check_duration_seconds_bucket{health_check="tcp1",le="+Inf"}"#),
+        value(r#"lb_health_check_duration_seconds_count{health_check="tcp1"}"#),
+    );
+    assert!(value(r#"lb_l7_request_duration_seconds_count{vservice="site"}"#) >= 5.0);
+    assert!(value(r#"lb_l7_request_duration_seconds_sum{vservice="site"}"#) > 0.0);
+    assert!(value(r#"lb_l7_upstream_connect_duration_seconds_count{vservice="site"}"#) >= 5.0);
+    // The L7 TCP vService connects too, but times no HTTP request.
+    assert!(text.contains(r#"lb_l7_upstream_connect_duration_seconds_count{vservice="tcpvs"} 0"#));
+    assert!(!text.contains(r#"lb_l7_request_duration_seconds_count{vservice="tcpvs"}"#));
     node.shutdown().await;
+}
+
+/// One HTTP/1.1 GET to `addr`, read until the proxy closes or answers.
+async fn http_get(addr: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
+    assert!(answer.starts_with(b"HTTP/1.1 "), "{answer:?}");
+}
+
+/// Runs Prometheus' `promtool check metrics` on `text` and fails with what it says. promtool
+/// comes from Debian's `prometheus` package, unpacked under target/ (not installed: the
+/// package would start a Prometheus server); a promtool on PATH is used as it is.
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let promtool = promtool();
+    let mut child = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", promtool.display()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn promtool() -> PathBuf {
+    use std::process::Command;
+    if let Ok(out) = Command::new("sh")
+        .args(["-c", "command -v promtool"])
+        .output()
+        && out.status.success()
+    {
+        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/promtool");
+    let bin = dir.join("usr/bin/promtool");
+    if bin.exists() {
+        return bin;
+    }
+    let download = dir.join("download");
+    std::fs::create_dir_all(&download).unwrap();
+    let fetch = || {
+        Command::new("apt-get")
+            .args(["download", "prometheus"])
+            .current_dir(&download)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !fetch() {
+        // The package lists may be missing on a fresh machine.
+        let updated = Command::new("apt-get").arg("update").status();
+        assert!(updated.is_ok_and(|s| s.success()), "apt-get update failed");
+        assert!(fetch(), "apt-get download prometheus failed");
+    }
+    let deb = std::fs::read_dir(&download)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .expect("the downloaded prometheus .deb");
+    let unpacked = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&dir)
+        .status();
+    assert!(
+        unpacked.is_ok_and(|s| s.success()),
+        "dpkg-deb -x {}",
+        deb.display()
+    );
+    assert!(bin.exists(), "{} after unpacking", bin.display());
+    bin
 }
 
 /// S-MT8, S-MT2, S-BK2: maintenance is written to the file (comments kept), shows in

@@ -104,7 +104,8 @@ impl ClusterState {
         results
     }
 
-    fn last(&self, peer: &str) -> Option<SyncResult> {
+    /// The last push to `peer`, if any was made.
+    pub(crate) fn last(&self, peer: &str) -> Option<SyncResult> {
         self.last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

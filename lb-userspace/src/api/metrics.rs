@@ -9,8 +9,10 @@ use axum::response::IntoResponse;
 
 use super::ApiState;
 use super::view::Snapshot;
+use crate::config::VServiceKind;
 use crate::proxy::VsCounts;
 use crate::proxy::balance::BackendStats;
+use crate::stats::{BUCKETS, HistogramSnapshot};
 
 /// Reads one counter of an XDP counter block.
 type CounterOf = fn(&lb_common::Counters) -> u64;
@@ -36,7 +38,25 @@ impl Out {
             .iter()
             .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
             .collect();
-        let _ = writeln!(self.0, "{name}{{{}}} {value}", labels.join(","));
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{}}} {value}", labels.join(","));
+        }
+    }
+
+    /// The `_bucket`, `_sum` and `_count` series of one histogram (seconds).
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        let cumulative = h.cumulative();
+        let bounds = BUCKETS.iter().map(f64::to_string).chain(["+Inf".into()]);
+        for (le, n) in bounds.zip(cumulative) {
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, n);
+        }
+        self.sample(&format!("{name}_sum"), labels, h.sum_seconds());
+        self.sample(&format!("{name}_count"), labels, h.count());
     }
 }
 
@@ -56,6 +76,21 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         &[("version", env!("CARGO_PKG_VERSION"))],
         1,
     );
+    node(&mut o, st, &snap);
+    o.family(
+        "lb_health_check_duration_seconds",
+        "histogram",
+        "How long health checks took, passed or failed, per health check profile.",
+    );
+    let durations = st.daemon.engine().check_durations();
+    for hc in &cfg.health_checks {
+        let h = durations.get(&hc.name).copied().unwrap_or_default();
+        o.histogram(
+            "lb_health_check_duration_seconds",
+            &[("health_check", &hc.name)],
+            &h,
+        );
+    }
     o.family(
         "lb_backend_health",
         "gauge",
@@ -140,7 +175,7 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         }
     }
     if let Some(net) = &snap.net {
-        let per_backend: [(&str, &str, CounterOf); 3] = [
+        let per_backend: [(&str, &str, CounterOf); 5] = [
             (
                 "lb_xdp_packets_total",
                 "Packets forwarded by XDP per backend.",
@@ -155,6 +190,16 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                 "lb_xdp_new_flows_total",
                 "New flows scheduled by XDP per backend.",
                 |c| c.new_flows,
+            ),
+            (
+                "lb_xdp_reply_packets_total",
+                "NAT replies from a backend that XDP translated back to clients.",
+                |c| c.reply_packets,
+            ),
+            (
+                "lb_xdp_reply_bytes_total",
+                "Bytes of NAT replies from a backend that XDP translated back to clients.",
+                |c| c.reply_bytes,
             ),
         ];
         for (name, help, get) in per_backend {
@@ -173,7 +218,7 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                 }
             }
         }
-        let per_vip: [(&str, &str, CounterOf); 4] = [
+        let per_vip: [(&str, &str, CounterOf); 7] = [
             (
                 "lb_xdp_vip_packets_total",
                 "Packets to a Network VIP that XDP handled.",
@@ -193,6 +238,21 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                 "lb_xdp_drops_total",
                 "Packets dropped per Network VIP.",
                 |c| c.drops,
+            ),
+            (
+                "lb_xdp_vip_reply_packets_total",
+                "NAT replies that XDP translated back to a Network VIP's clients.",
+                |c| c.reply_packets,
+            ),
+            (
+                "lb_xdp_vip_reply_bytes_total",
+                "Bytes of NAT replies that XDP translated back to a Network VIP's clients.",
+                |c| c.reply_bytes,
+            ),
+            (
+                "lb_xdp_ct_miss_rehash_total",
+                "Non-SYN packets to a Network VIP that missed the connection table and were hashed again (another balancer's flow, or a restart).",
+                |c| c.ct_misses,
             ),
         ];
         for (name, help, get) in per_vip {
@@ -241,6 +301,36 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                     o.sample(family, &[("vservice", vs), ("backend", b)], read(v));
                 }
             }
+        }
+        o.family(
+            "lb_l7_request_duration_seconds",
+            "histogram",
+            "HTTP requests from their head to their answer's last byte, per vService.",
+        );
+        for (vs, c) in proxy {
+            let http = cfg
+                .vservices
+                .iter()
+                .any(|v| v.name == *vs && v.kind == VServiceKind::Http);
+            if http {
+                o.histogram(
+                    "lb_l7_request_duration_seconds",
+                    &[("vservice", vs)],
+                    &c.request_time,
+                );
+            }
+        }
+        o.family(
+            "lb_l7_upstream_connect_duration_seconds",
+            "histogram",
+            "Connects to backends that succeeded, per vService.",
+        );
+        for (vs, c) in proxy {
+            o.histogram(
+                "lb_l7_upstream_connect_duration_seconds",
+                &[("vservice", vs)],
+                &c.connect_time,
+            );
         }
         o.family(
             "lb_l7_responses_total",
@@ -353,6 +443,77 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         }
     }
     o.0
+}
+
+/// This node: when it started, whether its data path and proxy run, and how its last
+/// configuration push to each cluster peer went.
+fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
+    o.family(
+        "lb_start_time_seconds",
+        "gauge",
+        "When this lb run started, in seconds since the Unix epoch.",
+    );
+    o.sample("lb_start_time_seconds", &[], start_time());
+    o.family(
+        "lb_data_path_loaded",
+        "gauge",
+        "1 when the XDP data path is loaded and its counters could be read.",
+    );
+    o.sample("lb_data_path_loaded", &[], u8::from(snap.net.is_some()));
+    o.family(
+        "lb_proxy_running",
+        "gauge",
+        "1 when the L7 proxy runs (HTTP or L7 TCP vServices).",
+    );
+    o.sample("lb_proxy_running", &[], u8::from(snap.proxy.is_some()));
+    let Some(cluster) = &snap.cfg.cluster else {
+        return;
+    };
+    o.family(
+        "lb_cluster_manual_sync",
+        "gauge",
+        "1 when Manual Sync Mode holds changes until Synchronize.",
+    );
+    o.sample("lb_cluster_manual_sync", &[], u8::from(cluster.manual_sync));
+    o.family(
+        "lb_cluster_peer_last_sync_ok",
+        "gauge",
+        "1 when the last configuration push to a peer succeeded, 0 when it failed (absent before the first).",
+    );
+    let pushes: Vec<_> = cluster
+        .peers
+        .iter()
+        .filter_map(|p| st.cluster.last(&p.name).map(|r| (p, r)))
+        .collect();
+    for (peer, r) in &pushes {
+        o.sample(
+            "lb_cluster_peer_last_sync_ok",
+            &[("peer", &peer.name)],
+            u8::from(r.ok),
+        );
+    }
+    o.family(
+        "lb_cluster_peer_last_sync_timestamp_seconds",
+        "gauge",
+        "When the last configuration push to a peer was made, in seconds since the Unix epoch.",
+    );
+    for (peer, r) in &pushes {
+        o.sample(
+            "lb_cluster_peer_last_sync_timestamp_seconds",
+            &[("peer", &peer.name)],
+            r.at_unix_ms as f64 / 1000.0,
+        );
+    }
+}
+
+/// This process's start: read the first time, which [`super::router`] makes the API's start.
+pub(crate) fn start_time() -> f64 {
+    static START: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    })
 }
 
 /// Reads one counter of a DNS vService.

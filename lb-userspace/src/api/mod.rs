@@ -46,6 +46,7 @@ pub(crate) struct ApiState {
 
 /// The router alone (for tests): every route, behind the token check when `token` is set.
 pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
+    metrics::start_time();
     let state = ApiState {
         daemon,
         cluster: Arc::default(),

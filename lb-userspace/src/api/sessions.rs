@@ -37,6 +37,8 @@ pub(crate) fn l7_counters(daemon: &Daemon) -> Option<BTreeMap<String, L7Counters
             L7Counters {
                 counts: vs.counts,
                 backends,
+                request_time: vs.request_time,
+                connect_time: vs.connect_time,
             },
         );
     }

@@ -12,6 +12,7 @@ use crate::network::Status;
 use crate::proxy::VsCounts;
 use crate::proxy::balance::BackendStats;
 use crate::selection::{ApplyAdmin, Health, ListSelection, Model, Policy, Selections, Tier};
+use crate::stats::HistogramSnapshot;
 
 /// L7 counters of one vService, read from the proxy.
 #[derive(Clone, Debug, Default)]
@@ -20,6 +21,10 @@ pub(crate) struct L7Counters {
     pub counts: VsCounts,
     /// Per backend that has served it.
     pub backends: BTreeMap<String, BackendStats>,
+    /// HTTP: from each request's head to its answer's last byte.
+    pub request_time: HistogramSnapshot,
+    /// Connects to its backends.
+    pub connect_time: HistogramSnapshot,
 }
 
 /// Everything one answer needs, read once.
@@ -154,13 +159,11 @@ impl Snapshot {
             let mut found = false;
             for vip in self.net.as_ref()?.vips.iter().filter(|v| v.name == vs.name) {
                 found = true;
-                c.packets += vip.counters.packets;
-                c.bytes += vip.counters.bytes;
-                c.new_flows += vip.counters.new_flows;
-                c.drops += vip.counters.drops;
+                c.add(&vip.counters);
             }
             return found.then(|| serde_json::json!({
                 "packets": c.packets, "bytes": c.bytes, "new_flows": c.new_flows, "drops": c.drops,
+                "reply_packets": c.reply_packets, "reply_bytes": c.reply_bytes,
             }));
         }
         let l7 = self.proxy.as_ref()?.get(&vs.name)?;
@@ -187,18 +190,15 @@ impl Snapshot {
             }
             found
         });
-        let xdp: Option<[u64; 3]> = self.net.as_ref().and_then(|n| {
-            let mut found = None;
+        let xdp: Option<lb_common::Counters> = self.net.as_ref().and_then(|n| {
+            let mut found: Option<lb_common::Counters> = None;
             for b in n
                 .vips
                 .iter()
                 .flat_map(|v| &v.backends)
                 .filter(|b| b.name == name)
             {
-                let acc = found.get_or_insert([0u64; 3]);
-                acc[0] += b.counters.packets;
-                acc[1] += b.counters.bytes;
-                acc[2] += b.counters.new_flows;
+                found.get_or_insert_default().add(&b.counters);
             }
             found
         });
@@ -238,9 +238,11 @@ impl Snapshot {
             bytes_out: proxy.as_ref().map(|p| p.bytes_out),
             retries: proxy.as_ref().map(|p| p.retries),
             redispatches: proxy.as_ref().map(|p| p.redispatches),
-            packets: xdp.map(|x| x[0]),
-            bytes: xdp.map(|x| x[1]),
-            new_flows: xdp.map(|x| x[2]),
+            packets: xdp.map(|x| x.packets),
+            bytes: xdp.map(|x| x.bytes),
+            new_flows: xdp.map(|x| x.new_flows),
+            reply_packets: xdp.map(|x| x.reply_packets),
+            reply_bytes: xdp.map(|x| x.reply_bytes),
         })
     }
 
@@ -327,9 +329,13 @@ pub(crate) struct BackendView {
     pub retries: Option<u64>,
     /// L7: of those, the ones that went to another Backend Service.
     pub redispatches: Option<u64>,
+    /// XDP: packets and bytes from clients to it, new flows given to it.
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
     pub new_flows: Option<u64>,
+    /// XDP, NAT mode: its replies translated back to clients.
+    pub reply_packets: Option<u64>,
+    pub reply_bytes: Option<u64>,
 }
 
 /// The members of a list in order, groups expanded, each once, with its Backup role

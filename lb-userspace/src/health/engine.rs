@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{BackendService, HealthCheck, HealthKind, ipv6_health_key};
+use crate::stats::{Histogram, HistogramSnapshot};
 
 use super::clock::Clock;
 use super::history::{CheckRecord, ServiceLog, Transition};
@@ -95,6 +96,9 @@ struct Shared {
     snapshot: ArcSwap<HealthSnapshot>,
     generation: watch::Sender<u64>,
     registry: Mutex<Registry>,
+    /// Check durations per health check profile, kept across reloads (counters never go
+    /// back) and shared by the check tasks of the profile's services.
+    durations: Mutex<HashMap<String, Arc<Histogram>>>,
     clock: Clock,
     options: EngineOptions,
     runtime: tokio::runtime::Handle,
@@ -165,6 +169,7 @@ impl HealthEngine {
                 snapshot: ArcSwap::from_pointee(HealthSnapshot::default()),
                 generation,
                 registry: Mutex::new(Registry::default()),
+                durations: Mutex::default(),
                 clock: Clock::start(),
                 options,
                 runtime,
@@ -173,6 +178,15 @@ impl HealthEngine {
         let restored = engine.shared.options.restored.clone();
         engine.update_with(services, checks, &restored);
         engine
+    }
+
+    /// How long the checks of each profile took (every check, passed or failed), by
+    /// profile name: what `/metrics` shows as a histogram.
+    pub fn check_durations(&self) -> HashMap<String, HistogramSnapshot> {
+        lock(&self.shared.durations)
+            .iter()
+            .map(|(name, h)| (name.clone(), h.snapshot()))
+            .collect()
     }
 
     /// Lock-free snapshot of every service's state.
@@ -521,9 +535,15 @@ fn spawn_check(
     } else {
         Duration::ZERO
     };
+    let durations = Arc::clone(
+        lock(&shared.durations)
+            .entry(profile.name.clone())
+            .or_default(),
+    );
     let task = CheckTask {
         name: service.name.clone(),
         probe,
+        durations,
         profile: Arc::clone(profile),
         first_delay,
         log,

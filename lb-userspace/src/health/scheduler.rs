@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::config::HealthCheck;
+use crate::stats::Histogram;
 
 use super::clock::Clock;
 use super::history::{CheckRecord, ServiceLog, Transition};
@@ -24,6 +25,8 @@ pub(crate) struct CheckTask {
     pub name: String,
     /// The target.
     pub probe: Arc<dyn Probe>,
+    /// Where each check's duration is counted (one histogram per profile).
+    pub durations: Arc<Histogram>,
     /// Period, Timeout, RS and RF come from here (shared by the profile's services).
     pub profile: Arc<HealthCheck>,
     /// Delay before the first check, spreading many services over one period.
@@ -114,6 +117,7 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
     let CheckTask {
         name,
         probe,
+        durations,
         profile,
         first_delay,
         log,
@@ -135,6 +139,7 @@ pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) 
             ),
         };
         let duration = started.elapsed();
+        durations.observe(duration);
         let record = CheckRecord {
             at: clock.stamp(started),
             duration,

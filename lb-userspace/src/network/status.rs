@@ -74,12 +74,14 @@ pub struct BackendStatus {
 
 fn ser_counters<S: serde::Serializer>(c: &Counters, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
-    let mut st = s.serialize_struct("Counters", 5)?;
+    let mut st = s.serialize_struct("Counters", 7)?;
     st.serialize_field("packets", &c.packets)?;
     st.serialize_field("bytes", &c.bytes)?;
     st.serialize_field("new_flows", &c.new_flows)?;
     st.serialize_field("drops", &c.drops)?;
     st.serialize_field("ct_misses", &c.ct_misses)?;
+    st.serialize_field("reply_packets", &c.reply_packets)?;
+    st.serialize_field("reply_bytes", &c.reply_bytes)?;
     st.end()
 }
 

@@ -72,6 +72,8 @@ pub(crate) struct UpstreamBody {
     idle: Pin<Box<Sleep>>,
     /// True while the backend owes us data (the silence timer runs).
     waiting: bool,
+    /// When the request's head arrived; taken when the body ends, to time the request once.
+    started: Option<Instant>,
 }
 
 impl UpstreamBody {
@@ -81,6 +83,7 @@ impl UpstreamBody {
         lease: Arc<Lease>,
         counters: Arc<VsCounters>,
         server_timeout: Duration,
+        started: Instant,
     ) -> UpstreamBody {
         let idle = Box::pin(tokio::time::sleep(server_timeout));
         UpstreamBody {
@@ -90,6 +93,7 @@ impl UpstreamBody {
             server_timeout,
             idle,
             waiting: false,
+            started: Some(started),
         }
     }
 
@@ -121,7 +125,12 @@ impl Body for UpstreamBody {
                 this.abort();
                 Poll::Ready(Some(Err(error.into())))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                if let Some(started) = this.started.take() {
+                    this.counters.observe_request(started.elapsed());
+                }
+                Poll::Ready(None)
+            }
             Poll::Pending => {
                 if !this.waiting {
                     this.waiting = true;

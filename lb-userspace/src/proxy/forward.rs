@@ -8,6 +8,7 @@ use hyper::body::{Body, Incoming};
 use hyper::header::{HOST, HeaderName, HeaderValue, SET_COOKIE};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
+use tokio::time::Instant;
 
 use super::body::{ProxyBody, RequestBody, UpstreamBody};
 use super::headers;
@@ -17,11 +18,29 @@ use super::runtime::VsRuntime;
 use crate::config::{HeaderLimits, Persistence};
 
 /// Serves one request of an HTTP vService. Never fails: every problem becomes a response.
+/// Its duration is counted when a local answer is made, or when a backend's body ends.
 pub(crate) async fn handle(
     rt: Arc<VsRuntime>,
     peer: SocketAddr,
     tls: bool,
     req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let counters = rt.counters.clone();
+    let resp = answer(rt, peer, tls, req, started).await;
+    if matches!(resp.body(), ProxyBody::Local(_)) {
+        counters.observe_request(started.elapsed());
+    }
+    resp
+}
+
+/// [`handle`] without the timing of local answers.
+async fn answer(
+    rt: Arc<VsRuntime>,
+    peer: SocketAddr,
+    tls: bool,
+    req: Request<Incoming>,
+    started: Instant,
 ) -> Response<ProxyBody> {
     rt.counters.count_request();
     let settings = rt.settings.load_full();
@@ -109,7 +128,7 @@ pub(crate) async fn handle(
     if let Some(value) = set_cookie {
         parts.headers.append(SET_COOKIE, value);
     }
-    let body = UpstreamBody::new(body, lease, rt.counters.clone(), server_timeout);
+    let body = UpstreamBody::new(body, lease, rt.counters.clone(), server_timeout, started);
     Response::from_parts(parts, ProxyBody::Upstream(body))
 }
 

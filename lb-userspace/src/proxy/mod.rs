@@ -41,6 +41,7 @@ pub use http::MAX_RESPONSE_HEAD_BYTES;
 
 use crate::config::{ByName, Config, VService, VServiceKind};
 use crate::selection::Published;
+use crate::stats::HistogramSnapshot;
 use listener::Listener;
 use runtime::{VsCounters, VsRuntime};
 use settings::{VsSettings, listen_addr};
@@ -81,6 +82,10 @@ pub struct VsStats {
     pub counts: VsCounts,
     /// Per-backend counters of the vService's pool.
     pub pool: balance::PoolStats,
+    /// HTTP: from each request's head to its answer's last byte.
+    pub request_time: HistogramSnapshot,
+    /// How long connects to its backends took.
+    pub connect_time: HistogramSnapshot,
 }
 
 /// What a reload does with one vService.
@@ -225,6 +230,8 @@ impl Proxy {
                     listen: rt.listen,
                     counts: rt.counters.read(),
                     pool: rt.pool.stats(),
+                    request_time: rt.counters.request_times(),
+                    connect_time: rt.settings.load().connect_time.snapshot(),
                 }
             })
             .collect();

@@ -10,6 +10,7 @@ use super::retry::RetryBudget;
 use super::settings::VsSettings;
 use crate::config::VServiceKind;
 use crate::selection::{ListSelection, Published, Selections, Tier};
+use crate::stats::{Histogram, HistogramSnapshot};
 
 /// Counters of one vService (S-OB1), beside the pool's per-backend ones.
 #[derive(Debug, Default)]
@@ -22,9 +23,21 @@ pub(crate) struct VsCounters {
     retries_refused: Counter,
     client_aborts: Counter,
     server_timeouts: Counter,
+    /// From a request's head to the end of its answer (HTTP).
+    request_time: Histogram,
 }
 
 impl VsCounters {
+    /// One request answered in `d`, from its head to its answer's last byte.
+    pub(crate) fn observe_request(&self, d: std::time::Duration) {
+        self.request_time.observe(d);
+    }
+
+    /// The request durations so far.
+    pub(crate) fn request_times(&self) -> HistogramSnapshot {
+        self.request_time.snapshot()
+    }
+
     /// One more request (HTTP) or connection (L7 TCP).
     pub(crate) fn count_request(&self) {
         self.requests.add(1);

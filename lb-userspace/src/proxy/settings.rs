@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
@@ -12,6 +13,7 @@ use super::balance::BackendInfo;
 use super::conditions::Conditions;
 use super::upstream::{Upstream, new_upstream};
 use crate::config::{ByName, HeaderLimits, L7Settings, PortSpec, VService, VServiceKind};
+use crate::stats::Histogram;
 
 /// Backend Services of one list by name, with their effective maintenance in that list.
 pub(crate) type InfoMap = HashMap<String, BackendInfo>;
@@ -32,6 +34,9 @@ pub(crate) struct VsSettings {
     pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
     /// HTTP only: how large a request head and each of its lines may be (`[proxy]`).
     pub(crate) header_limits: HeaderLimits,
+    /// How long connects to its backends take; handed from settings to settings on reload,
+    /// so the histogram lives as long as the vService.
+    pub(crate) connect_time: Arc<Histogram>,
 }
 
 impl VsSettings {
@@ -56,10 +61,11 @@ impl VsSettings {
             .collect();
         let conditions = Conditions::compile(&l7.conditional_sets);
         let is_http = vs.kind == VServiceKind::Http;
+        let connect_time = previous.map_or_else(Default::default, |p| p.connect_time.clone());
         let same = |p: &&VsSettings| p.l7.timeouts == l7.timeouts;
         let upstream = match previous.filter(same).and_then(|p| p.upstream.clone()) {
             Some(u) if is_http => Some(u),
-            _ if is_http => Some(new_upstream(&l7.timeouts)),
+            _ if is_http => Some(new_upstream(&l7.timeouts, connect_time.clone())),
             _ => None,
         };
         let tls = match (&l7.tls, is_http) {
@@ -82,6 +88,7 @@ impl VsSettings {
             upstream,
             tls,
             header_limits,
+            connect_time,
         })
     }
 

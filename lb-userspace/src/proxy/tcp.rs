@@ -44,7 +44,7 @@ pub(crate) async fn serve(rt: Arc<VsRuntime>, client: TcpStream, peer: SocketAdd
         if let Some(failed) = failed_on.take() {
             tries.count(&failed);
         }
-        match connect_backend(lease.addr(), timeouts.connect).await {
+        match connect_backend(lease.addr(), timeouts.connect, &settings.connect_time).await {
             Ok(stream) => {
                 lease.answered(0);
                 break (lease, stream);

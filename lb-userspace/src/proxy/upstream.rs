@@ -1,37 +1,85 @@
-//! The pooled HTTP/1.1 client towards backends (keep-alive connections reused across requests).
+//! Connections towards backends: the timed connect of the HTTP/1.1 and L7 TCP paths, and the
+//! pooled client of the TLS and HTTP/2 paths (keep-alive connections reused across requests).
+//! Every successful connect is timed into the vService's connect-time histogram.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use hyper::Uri;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tower_service::Service;
 
 use super::body::RequestBody;
 use crate::config::Timeouts;
+use crate::stats::Histogram;
 
 /// Connects to a backend within `limit`, with Nagle off (requests and answers are written
-/// whole; waiting to coalesce them would only add latency).
+/// whole; waiting to coalesce them would only add latency), and times the connect.
 pub(crate) async fn connect_backend(
     addr: std::net::SocketAddr,
     limit: std::time::Duration,
+    times: &Histogram,
 ) -> std::io::Result<tokio::net::TcpStream> {
+    let started = Instant::now();
     let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    times.observe(started.elapsed());
     stream.set_nodelay(true)?;
     Ok(stream)
 }
 
 /// One vService's upstream client; cheap to clone (shares the pool).
-pub(crate) type Upstream = Client<HttpConnector, RequestBody>;
+pub(crate) type Upstream = Client<TimedConnector, RequestBody>;
 
-/// A client whose connect timeout is `timeouts.connect` and whose idle pooled connections
-/// close after `timeouts.keep_alive`.
-pub(crate) fn new_upstream(timeouts: &Timeouts) -> Upstream {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(timeouts.connect));
-    connector.set_nodelay(true);
+/// A client whose connect timeout is `timeouts.connect`, whose idle pooled connections
+/// close after `timeouts.keep_alive`, and whose connects are timed into `times`.
+pub(crate) fn new_upstream(timeouts: &Timeouts, times: Arc<Histogram>) -> Upstream {
+    let mut inner = HttpConnector::new();
+    inner.set_connect_timeout(Some(timeouts.connect));
+    inner.set_nodelay(true);
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(timeouts.keep_alive)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
-        .build(connector)
+        .build(TimedConnector { inner, times })
+}
+
+/// hyper's connector, with the time of each successful connect recorded.
+#[derive(Clone)]
+pub(crate) struct TimedConnector {
+    inner: HttpConnector,
+    times: Arc<Histogram>,
+}
+
+/// What [`HttpConnector`] answers.
+type Connected = <HttpConnector as Service<Uri>>::Response;
+type ConnectError = <HttpConnector as Service<Uri>>::Error;
+
+impl Service<Uri> for TimedConnector {
+    type Response = Connected;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Connected, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let started = Instant::now();
+        let times = Arc::clone(&self.times);
+        let connecting = self.inner.call(dst);
+        Box::pin(async move {
+            let connected = connecting.await;
+            if connected.is_ok() {
+                times.observe(started.elapsed());
+            }
+            connected
+        })
+    }
 }

@@ -118,7 +118,10 @@ pub(crate) async fn serve(
         }
         first = false;
         conn.rt.counters.count_request();
-        if conn.exchange(settings).await == Next::Close {
+        let started = std::time::Instant::now();
+        let next = conn.exchange(settings).await;
+        conn.rt.counters.observe_request(started.elapsed());
+        if next == Next::Close {
             return;
         }
     }
@@ -319,17 +322,21 @@ impl Conn {
             let reused = pooled.is_some();
             let mut up = match pooled.take() {
                 Some(up) => up,
-                None => match connect_backend(addr, t.connect).await {
-                    Ok(up) => up,
-                    Err(error) => {
-                        tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "connect failed");
-                        lease.fail(LiveError::Connect);
-                        return Err(SendError::Failed {
-                            failure: Failure::Connect,
-                            consumed: false,
-                        });
+                None => {
+                    match connect_backend(addr, t.connect, &self.rt.settings.load().connect_time)
+                        .await
+                    {
+                        Ok(up) => up,
+                        Err(error) => {
+                            tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), %error, "connect failed");
+                            lease.fail(LiveError::Connect);
+                            return Err(SendError::Failed {
+                                failure: Failure::Connect,
+                                consumed: false,
+                            });
+                        }
                     }
-                },
+                }
             };
             if let Some(body) = held {
                 // Most requests have no body: their head goes as it is, without a copy.
