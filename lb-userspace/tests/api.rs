@@ -520,6 +520,111 @@ async fn s_ob_metrics_parse() {
     node.shutdown().await;
 }
 
+/// Issue 19 (HAProxy's `show stat`): `/api/v1/stats.csv` has a row per vService and per
+/// member of its lists, with the counters of that member in that vService; `lb stats --csv`
+/// prints the same CSV and `lb stats` a table of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_csv_has_a_row_per_vservice_and_member() {
+    let node = start_node("csv", free_port(), "").await;
+    wait_healthy(&node).await;
+    let site = node.get("/api/v1/vservices/site").await.body;
+    let addr = format!(
+        "{}:{}",
+        site["address"].as_str().unwrap(),
+        site["ports"].as_str().unwrap()
+    );
+    for _ in 0..3 {
+        http_get(&addr).await;
+    }
+    let text = node.get("/api/v1/stats.csv").await.body;
+    let text = text.as_str().expect("CSV text").to_string();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    for column in [
+        "vservice", "row", "backend", "health", "total", "http_5xx", "packets",
+    ] {
+        assert!(header.iter().any(|h| h == column), "{column} in {header:?}");
+    }
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| r.unwrap().iter().map(String::from).collect())
+        .collect();
+    let find = |vs: &str, list: &str, backend: &str| {
+        rows.iter()
+            .find(|r| {
+                r[col("vservice")] == vs && r[col("list")] == list && r[col("backend")] == backend
+            })
+            .unwrap_or_else(|| panic!("no row {vs}/{list}/{backend} in\n{text}"))
+    };
+    let vservice_rows: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[col("row")] == "vservice")
+        .map(|r| r[col("vservice")].as_str())
+        .collect();
+    assert_eq!(vservice_rows, ["tcpvs", "site"], "{text}");
+    // site's Default list is b1 (main) and spare (backup); its Conditional set g1 and b2.
+    let b1 = find("site", "default", "b1");
+    assert_eq!(b1[col("role")], "main");
+    assert_eq!(b1[col("health")], "OK");
+    assert_eq!(b1[col("maintenance")], "false");
+    // Every request reached b1 and was answered 502: the backend closes without answering.
+    let total: u64 = b1[col("total")].parse().unwrap();
+    assert!(total >= 3, "{text}");
+    assert_eq!(find("site", "default", "spare")[col("role")], "backup");
+    assert_eq!(find("site", "api", "g1")[col("list")], "api");
+    let site_row = rows
+        .iter()
+        .find(|r| r[col("row")] == "vservice" && r[col("vservice")] == "site")
+        .unwrap();
+    assert!(
+        site_row[col("total")].parse::<u64>().unwrap() >= 3,
+        "{text}"
+    );
+    assert_eq!(site_row[col("tier")], "mains");
+    assert!(
+        site_row[col("packets")].is_empty(),
+        "no XDP counters for an L7 vService"
+    );
+    // The CLI prints the same CSV, and a table of it.
+    let url = node.url.clone();
+    let (csv_out, table) = tokio::task::spawn_blocking(move || {
+        let run = |extra: &[&str]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_lb"))
+                .args(["stats", "--api", &url, "--token", TOKEN])
+                .args(extra)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        (run(&["--csv"]), run(&[]))
+    })
+    .await
+    .unwrap();
+    assert!(
+        csv_out.starts_with("vservice,row,kind,list,backend,"),
+        "{csv_out}"
+    );
+    assert_eq!(csv_out.lines().count(), text.lines().count());
+    let header_line = table.lines().next().unwrap();
+    assert!(
+        header_line.starts_with("vservice") && header_line.contains("total"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("site") && l.contains("b1")),
+        "{table}"
+    );
+    node.shutdown().await;
+}
+
 /// One HTTP/1.1 GET to `addr`, read until the proxy closes or answers.
 async fn http_get(addr: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -137,6 +137,15 @@ pub enum ApiCommand {
         #[command(flatten)]
         opts: ApiOpts,
     },
+    /// Counters of every vService and of each Backend Service in it (like HAProxy's `show
+    /// stat`): a table, or with `--csv` the CSV the API serves at /api/v1/stats.csv.
+    Stats {
+        /// Print CSV (one row per vService and per member of its lists).
+        #[arg(long)]
+        csv: bool,
+        #[command(flatten)]
+        opts: ApiOpts,
+    },
     /// Health transitions and recent checks of a Backend Service.
     Transitions {
         /// Backend Service name.
@@ -224,6 +233,13 @@ async fn run_async(cmd: ApiCommand) -> Result<()> {
             "/api/v1/vservices".into(),
             None,
             Print::VServices,
+        ),
+        C::Stats { csv, opts } => (
+            opts,
+            Method::GET,
+            "/api/v1/stats.csv".into(),
+            None,
+            if csv { Print::Csv } else { Print::Stats },
         ),
         C::Transitions { name, opts } => (
             opts,
@@ -332,6 +348,73 @@ enum Print {
     Transitions,
     Sessions,
     Cluster,
+    Csv,
+    Stats,
+}
+
+/// The columns `lb stats` shows of the CSV (those empty in every row are left out).
+const STATS_COLUMNS: [&str; 15] = [
+    "vservice",
+    "backend",
+    "list",
+    "state",
+    "health",
+    "weight",
+    "current",
+    "total",
+    "bytes_in",
+    "bytes_out",
+    "http_5xx",
+    "retries",
+    "packets",
+    "bytes",
+    "reply_packets",
+];
+
+/// The CSV of /api/v1/stats.csv as an aligned table of [`STATS_COLUMNS`].
+fn stats_table(text: &str) -> Result<String> {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header = reader.headers().context("reading the CSV header")?.clone();
+    let picked: Vec<usize> = STATS_COLUMNS
+        .iter()
+        .filter_map(|c| header.iter().position(|h| h == *c))
+        .collect();
+    let mut rows: Vec<Vec<String>> = vec![picked.iter().map(|&i| header[i].to_string()).collect()];
+    for record in reader.records() {
+        let record = record.context("reading a CSV row")?;
+        rows.push(
+            picked
+                .iter()
+                .map(|&i| record.get(i).unwrap_or_default().to_string())
+                .collect(),
+        );
+    }
+    let used: Vec<usize> = (0..picked.len())
+        .filter(|&c| rows.iter().skip(1).any(|r| !r[c].is_empty()))
+        .collect();
+    let widths: Vec<usize> = used
+        .iter()
+        .map(|&c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = used
+            .iter()
+            .zip(&widths)
+            .map(|(&c, &w)| {
+                let cell = if row[c].is_empty() { "-" } else { &row[c] };
+                // Names left, numbers right.
+                if c < 6 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 fn s(v: &Value) -> String {
@@ -449,6 +532,11 @@ impl Print {
                 let failed = checks.iter().filter(|c| c["ok"] == false).count();
                 println!("recent checks: {} ({} failed)", checks.len(), failed);
             }
+            Print::Csv => print!("{}", v.as_str().unwrap_or_default()),
+            Print::Stats => match stats_table(v.as_str().unwrap_or_default()) {
+                Ok(table) => print!("{table}"),
+                Err(e) => eprintln!("error: {e:#}"),
+            },
             Print::Sessions => {
                 println!("{:<40} {:<20} idle", "key", "backend");
                 for p in items(v, "pins") {
@@ -487,9 +575,13 @@ impl Print {
 
 fn sync_line(r: &Value) -> String {
     if r["ok"] == true {
-        format!("ok at {}", s(&r["at_unix_ms"]))
+        format!("ok at {}", local_time(&r["at_unix_ms"]))
     } else {
-        format!("FAILED at {}: {}", s(&r["at_unix_ms"]), s(&r["error"]))
+        format!(
+            "FAILED at {}: {}",
+            local_time(&r["at_unix_ms"]),
+            s(&r["error"])
+        )
     }
 }
 

@@ -13,6 +13,7 @@ mod error;
 mod metrics;
 mod read;
 mod sessions;
+mod stats_csv;
 mod ui;
 mod view;
 pub mod write_back;
@@ -92,6 +93,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
         .route("/api/v1/gslb", get(read::gslb))
         .route("/api/v1/reload", post(admin::reload_handler))
         .route("/api/v1/stats/live", get(read::live))
+        .route("/api/v1/stats.csv", get(stats_csv::stats_csv))
         .route("/api/v1/cluster", get(cluster::status))
         .route("/api/v1/cluster/sync", post(cluster::sync))
         .route("/api/v1/cluster/config", post(cluster::receive))
