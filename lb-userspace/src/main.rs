@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
-use lb::api::cli::host_port;
 use lb::config::{self, AttachMode, Config};
-use lb::network::{self, DataPath, LoadOptions, Status};
+use lb::network::{self, DataPath, LoadOptions};
 use tracing::{info, warn};
 
 #[derive(Parser)]
@@ -96,15 +95,9 @@ enum Command {
         #[arg(long, default_value = "/sys/fs/bpf/lb")]
         pin_dir: PathBuf,
     },
-    /// Show VIPs, backends and counters.
-    Status {
-        /// bpffs directory of the pins.
-        #[arg(long, default_value = "/sys/fs/bpf/lb")]
-        pin_dir: PathBuf,
-        /// Print JSON instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Everything at a glance: the XDP data path's VIPs, backends and counters (read from its
+    /// pins), and the daemon's L7 and DNS vServices and Backend Services (from its API).
+    Status(lb::api::status::StatusArgs),
     /// Validate a configuration file and print every error.
     CheckConfig {
         /// Configuration file (TOML).
@@ -164,7 +157,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Status { pin_dir, json } => status(&pin_dir, json),
+        Command::Status(args) => lb::api::status::run(&args),
         Command::Api(cmd) => lb::api::cli::run(cmd),
         Command::CheckConfig { file } => {
             let (cfg, warnings) =
@@ -276,101 +269,4 @@ fn daemon(r: &RunArgs) -> Result<()> {
     }
     let (dp, cfg) = load(t)?;
     lb::run::daemon(Some(dp), cfg, t.config.clone(), options)
-}
-
-fn status(pin_dir: &Path, json: bool) -> Result<()> {
-    if !pin_dir.join("prog").exists() {
-        bail!("no data path is loaded under {}", pin_dir.display());
-    }
-    let object = network::read_object().unwrap_or_default();
-    let opts = LoadOptions {
-        pin_dir: Some(pin_dir.to_path_buf()),
-        conn_table_size: 0,
-    };
-    let dp = DataPath::load(&object, &opts)?;
-    let st = dp.status()?;
-    let ifaces = network::attached_interfaces(pin_dir);
-    let report = lb::daemon::read_report(pin_dir);
-    if json {
-        let mut vips = serde_json::to_value(&st.vips)?;
-        for vip in vips.as_array_mut().into_iter().flatten() {
-            let ipv6 = vip["address"].as_str().is_some_and(|a| a.contains(':'));
-            for b in vip["backends"].as_array_mut().into_iter().flatten() {
-                let name = b["name"].as_str().unwrap_or_default().to_string();
-                b["health"] = health_of(report.as_ref(), &name, ipv6)
-                    .map_or(serde_json::Value::Null, Into::into);
-            }
-        }
-        let global: std::collections::BTreeMap<String, u64> =
-            st.global.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let v = serde_json::json!({ "interfaces": ifaces, "vips": vips, "global": global, "health": report });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print_status(&st, &ifaces, report.as_ref());
-    }
-    Ok(())
-}
-
-/// The engine's decision for a Backend Service, when a daemon reported one; behind an IPv6
-/// VIP, that of its `address6` when it is dual-stack.
-fn health_of(report: Option<&lb::daemon::HealthReport>, name: &str, ipv6: bool) -> Option<String> {
-    let services = &report?.services;
-    ipv6.then(|| services.get(&lb::config::ipv6_health_key(name)))
-        .flatten()
-        .or_else(|| services.get(name))
-        .map(|s| s.state.clone())
-}
-
-fn print_status(st: &Status, ifaces: &[String], report: Option<&lb::daemon::HealthReport>) {
-    println!(
-        "attached to: {}",
-        if ifaces.is_empty() {
-            "-".into()
-        } else {
-            ifaces.join(", ")
-        }
-    );
-    for v in &st.vips {
-        let c = &v.counters;
-        println!(
-            "\nvService {} {}/{} {} table={} packets={} bytes={} new_flows={} drops={} ct_misses={}",
-            v.name,
-            host_port(&v.address, &v.ports),
-            v.proto,
-            v.mode,
-            v.table_size,
-            c.packets,
-            c.bytes,
-            c.new_flows,
-            c.drops,
-            c.ct_misses
-        );
-        println!(
-            "  {:<20} {:<29} {:>6} {:<8} {:>10} {:>12} {:>9}",
-            "backend", "address", "weight", "state", "packets", "bytes", "new_flows"
-        );
-        for b in &v.backends {
-            println!(
-                "  {:<20} {:<29} {:>6} {:<9} {:<9} {:>10} {:>12} {:>9}",
-                b.name,
-                host_port(&b.address, b.port),
-                b.weight,
-                health_of(report, &b.name, v.address.contains(':')).unwrap_or_else(|| "-".into()),
-                if b.active { "active" } else { "removed" },
-                b.counters.packets,
-                b.counters.bytes,
-                b.counters.new_flows
-            );
-        }
-    }
-    println!();
-    let line: Vec<String> = st.global.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    println!("global: {}", line.join(" "));
-    if let Some(r) = report {
-        let servers: Vec<String> = r.servers.iter().map(|(a, s)| format!("{a}={s}")).collect();
-        println!("servers: {}", servers.join(" "));
-        if let Some(e) = &r.network_error {
-            println!("last map write failed: {e}");
-        }
-    }
 }

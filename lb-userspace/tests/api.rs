@@ -625,6 +625,69 @@ async fn stats_csv_has_a_row_per_vservice_and_member() {
     node.shutdown().await;
 }
 
+/// Issue 19: `lb status` on a machine where only L7 vServices run (no XDP data path) shows
+/// the daemon's side from its API and says XDP is not in use; with nothing running at all it
+/// fails and says what it looked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lb_status_without_a_data_path_shows_the_daemon() {
+    let node = start_node("status", free_port(), "").await;
+    wait_healthy(&node).await;
+    let url = node.url.clone();
+    let pins = node.dir.join("no-pins");
+    let (text, json, nothing) = tokio::task::spawn_blocking(move || {
+        let lb = |args: &[&str]| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_lb"))
+                .arg("status")
+                .arg("--pin-dir")
+                .arg(&pins)
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let text = lb(&["--api", &url, "--token", TOKEN]);
+        let json = lb(&["--api", &url, "--token", TOKEN, "--json"]);
+        let nothing = lb(&["--api", &format!("http://127.0.0.1:{}", free_port())]);
+        (text, json, nothing)
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    for needle in [
+        "XDP data path: not in use",
+        "XDP not in use, L7 proxy running",
+        "L7 vServices:",
+        "site http",
+        "tcpvs l7-tcp",
+        "Backend Services: 4 (OK 4, Error 0, Preparing 0; Maintenance 0, Backup 1)",
+    ] {
+        assert!(out.contains(needle), "{needle:?} in:\n{out}");
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("b1 ") && l.contains(" OK ")),
+        "b1's health in:\n{out}"
+    );
+    assert!(json.status.success());
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["data_path_loaded"], false);
+    assert_eq!(v["vips"], json!([]));
+    assert_eq!(v["daemon"]["status"]["proxy"], true);
+    assert_eq!(v["daemon_error"], Value::Null);
+    // Neither a data path nor a daemon: an error that says where it looked.
+    let err = String::from_utf8_lossy(&nothing.stderr);
+    assert!(!nothing.status.success());
+    assert!(
+        err.contains("nothing is running") && err.contains("no-pins"),
+        "{err}"
+    );
+    node.shutdown().await;
+}
+
 /// One HTTP/1.1 GET to `addr`, read until the proxy closes or answers.
 async fn http_get(addr: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

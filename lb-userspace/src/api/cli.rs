@@ -341,7 +341,7 @@ fn enc(s: &str) -> String {
 }
 
 /// How an answer is shown as text.
-enum Print {
+pub(super) enum Print {
     Done,
     Backends,
     VServices,
@@ -417,7 +417,7 @@ fn stats_table(text: &str) -> Result<String> {
     Ok(out)
 }
 
-fn s(v: &Value) -> String {
+pub(super) fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -425,12 +425,12 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+pub(super) fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
     v.get(key).and_then(Value::as_array).into_iter().flatten()
 }
 
 impl Print {
-    fn show(&self, v: &Value) {
+    pub(super) fn show(&self, v: &Value) {
         match self {
             Print::Done => {
                 let text = v.as_object().map_or_else(

@@ -14,6 +14,7 @@ mod metrics;
 mod read;
 mod sessions;
 mod stats_csv;
+pub mod status;
 mod ui;
 mod view;
 pub mod write_back;
