@@ -161,11 +161,11 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
     o.family(
         "lb_health_transitions_total",
         "counter",
-        "Health transitions recorded (the engine keeps the last 64).",
+        "Health state transitions since the service appeared.",
     );
     for s in &cfg.backend_services {
         for (key, address) in s.health_targets() {
-            let n = st.daemon.engine().transitions(&key).len();
+            let n = st.daemon.engine().transition_count(&key);
             let address = address.to_string();
             o.sample(
                 "lb_health_transitions_total",

@@ -206,6 +206,12 @@ impl HealthEngine {
             .unwrap_or_default()
     }
 
+    /// How many transitions `service` has made since it appeared (0 when unknown); only the
+    /// last ones are kept, see [`Self::transitions`].
+    pub fn transition_count(&self, service: &str) -> u64 {
+        self.log_of(service).map_or(0, |log| lock(&log).recorded())
+    }
+
     /// The recent check results of `service`, oldest first, for plotting (S-OB3).
     pub fn checks(&self, service: &str) -> Vec<CheckRecord> {
         self.log_of(service)

@@ -89,6 +89,8 @@ impl Slot {
 #[derive(Debug, Default)]
 pub(crate) struct ServiceLog {
     transitions: VecDeque<Transition>,
+    /// Transitions recorded since the service appeared, beyond the ones kept.
+    recorded: u64,
     checks: Box<[Slot]>,
     /// Index of the oldest check in `checks`.
     first: usize,
@@ -104,6 +106,13 @@ impl ServiceLog {
             self.transitions.pop_front();
         }
         self.transitions.push_back(transition);
+        self.recorded += 1;
+    }
+
+    /// Transitions recorded since the service appeared (a counter: the kept ones are the
+    /// last of them).
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded
     }
 
     /// Appends a check result, dropping the oldest beyond the bound, and remembers its
@@ -169,6 +178,8 @@ mod tests {
         let all = log.transitions();
         assert_eq!(all.len(), MAX_TRANSITIONS);
         assert_eq!(all[0].reason, "#10");
+        // The count goes on past the kept ones (what /metrics shows as a counter).
+        assert_eq!(log.recorded(), MAX_TRANSITIONS as u64 + 10);
         for i in 0..(MAX_CHECKS as u64 + 1) {
             let record = CheckRecord {
                 at: secs(i),
