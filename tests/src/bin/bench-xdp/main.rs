@@ -11,6 +11,10 @@
 //!
 //! Both families' VIPs are in the maps at once and their cases are timed in turns, round
 //! after round, so the IPv6/IPv4 ratios compare packets measured at the same moment.
+//! Last, `versus` times Katran's program beside ours on the same frames (its own module).
+
+mod katran;
+mod versus;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
@@ -299,6 +303,12 @@ fn main() -> Result<()> {
         }
     }
     let object = network::read_object()?;
+    // `bench-xdp versus` times only the comparison with Katran.
+    if std::env::args().nth(1).as_deref() == Some("versus") {
+        versus::run(&object)?;
+        drop(env);
+        return Ok(());
+    }
     let mut ratios = Vec::new();
     // Per family: 1 VIP x 3 backends, and 50 VIPs x 1,000 backends (100 VIPs x 1,000 in
     // all, within the 131,072 backend slots the maps hold).
@@ -336,6 +346,7 @@ fn main() -> Result<()> {
         println!("{line}");
     }
     maglev_build();
+    versus::run(&object)?;
     drop(env);
     Ok(())
 }

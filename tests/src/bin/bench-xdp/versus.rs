@@ -1,0 +1,374 @@
+//! Our program beside Katran's on the same IPv4 frames, in the same rounds: one new TCP
+//! flow, a TCP and a UDP connection-table hit, and a packet to no VIP, for 1 VIP x 3 backends
+//! and for 100 VIPs x 1,000 backends with 1,000,000 flows already in the tables (the timed
+//! flows are drawn from them at random, so their lookups miss the CPU caches as a busy
+//! balancer's do). Every program runs each frame once per call (NAT and Katran's IPIP rewrite
+//! the frame in place); the medians of many calls, less the fixed cost of a call, are the
+//! programs' own costs. Katran only encapsulates, so its figure stands beside both our modes.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use lb::config;
+use lb::network::{self, DataPath, LoadOptions};
+use lb_tests::fixture_env;
+use lb_tests::packet::Frame;
+
+use super::katran::{self, FlowKey, Katran};
+use super::{Family, REPEAT, TCP_ACK, TCP_SYN, macs, median};
+
+/// Calls per case per round (each a single run of the program).
+const CALLS: usize = 10_000;
+/// Rounds; every round times each case on all three programs in turn.
+const ROUNDS: usize = 5;
+/// Flows already in the tables for the large case.
+const PREFILLED: usize = 1_000_000;
+/// Distinct flows the timed frames cycle through.
+const TIMED_FLOWS: usize = 4096;
+/// Least time between two new flows sent to Katran: its flood guard stops recording new
+/// flows above about 125,000 a second per CPU, which would time another path.
+const SYN_GAP: Duration = Duration::from_micros(10);
+/// XDP verdicts.
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+
+/// A small deterministic generator (xorshift), so every run times the same flows.
+struct Flows(u64);
+
+impl Flows {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A client address in 11.0.0.0/8 and a port above 1023.
+    fn client(&mut self) -> (Ipv4Addr, u16) {
+        let r = self.next();
+        let addr = Ipv4Addr::from(0x0b00_0000 | (r as u32 & 0x00ff_ffff));
+        (addr, 1024 + (r >> 32) as u16 % 60_000)
+    }
+}
+
+/// The programs under test, all holding the same VIPs and backends.
+struct Programs {
+    nat: DataPath,
+    dsr: DataPath,
+    katran: Katran,
+}
+
+fn vip(n: usize) -> Ipv4Addr {
+    match Family::V4.vip(n) {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => unreachable!("an IPv4 family gives IPv4 VIPs"),
+    }
+}
+
+fn backend(n: usize) -> Ipv4Addr {
+    match Family::V4.backend(n) {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => unreachable!("an IPv4 family gives IPv4 backends"),
+    }
+}
+
+/// `vips` IPv4 VIPs on 80/tcp (the first also on 53/udp) over `backends` backends.
+fn config_text(vips: usize, backends: usize, forwarding: &str) -> String {
+    let mut s = String::new();
+    for b in 0..backends {
+        s += &format!(
+            "[[backend_service]]\nname = \"b{b}\"\naddress = \"{}\"\nport = 0\n\n",
+            backend(b)
+        );
+    }
+    let list: Vec<String> = (0..backends).map(|b| format!("\"b{b}\"")).collect();
+    for v in 0..vips {
+        let kinds: &[(&str, u16)] = if v == 0 {
+            &[("tcp-l4", 80), ("udp-l4", 53)]
+        } else {
+            &[("tcp-l4", 80)]
+        };
+        for &(kind, port) in kinds {
+            s += &format!(
+                "[[vservice]]\nname = \"v{v}-{kind}\"\nkind = \"{kind}\"\naddress = \"{}\"\nport = {port}\nforwarding = \"{forwarding}\"\nbackends = [{}]\n\n",
+                vip(v),
+                list.join(", ")
+            );
+        }
+    }
+    s
+}
+
+fn ours(object: &[u8], vips: usize, backends: usize, forwarding: &str) -> Result<DataPath> {
+    let mut dp = DataPath::load(
+        object,
+        &LoadOptions {
+            pin_dir: None,
+            conn_table_size: 1 << 20,
+        },
+    )?;
+    let cfg = config::parse(&config_text(vips, backends, forwarding), "versus")
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    network::apply(&mut dp, &cfg, &Default::default())?;
+    Ok(dp)
+}
+
+fn load(object: &[u8], vips: usize, backends: usize) -> Result<Programs> {
+    let mut k = Katran::load(&katran::object_path(), fixture_env::BACKENDS[0].1)?;
+    let reals: Vec<u32> = (1..=backends as u32).collect();
+    for (id, b) in reals.iter().zip(0..) {
+        k.add_real(*id, backend(b))?;
+    }
+    for v in 0..vips {
+        k.add_vip(v as u32, vip(v), 80, katran::TCP, &reals)?;
+    }
+    k.add_vip(vips as u32, vip(0), 53, katran::UDP, &reals)?;
+    Ok(Programs {
+        nat: ours(object, vips, backends, "nat")?,
+        dsr: ours(object, vips, backends, "dsr")?,
+        katran: k,
+    })
+}
+
+/// The frames of one case: each call takes the next.
+struct Case {
+    name: &'static str,
+    frames: Vec<Vec<u8>>,
+    /// New flows: paced for Katran's flood guard.
+    new_flows: bool,
+}
+
+fn tcp(client: (Ipv4Addr, u16), vip: Ipv4Addr, flags: u8) -> Vec<u8> {
+    Frame::tcp(macs(), client, (vip, 80), flags).to_bytes()
+}
+
+fn udp(client: (Ipv4Addr, u16), vip: Ipv4Addr) -> Vec<u8> {
+    Frame::udp(macs(), client, (vip, 53), b"bench").to_bytes()
+}
+
+/// Puts `PREFILLED` flows (or none for the small case) into every program's table, and
+/// builds the timed cases: hits on flows drawn from the filled ones, new flows that none
+/// has seen.
+fn cases(p: &mut Programs, vips: usize, prefill: usize) -> Result<Vec<Case>> {
+    let mut flows = Flows(0x9e37_79b9_7f4a_7c15);
+    let started = Instant::now();
+    let mut keys = Vec::with_capacity(prefill);
+    for i in 0..prefill {
+        let client = flows.client();
+        let v = vip(i % vips);
+        let syn = tcp(client, v, TCP_SYN);
+        p.nat.test_run(&syn, None)?;
+        p.dsr.test_run(&syn, None)?;
+        keys.push(FlowKey::v4(client.0, client.1, v, 80, katran::TCP));
+    }
+    p.katran.fill_flows(0, &keys, 1)?;
+    if prefill > 0 {
+        println!(
+            "versus: {prefill} flows put in each program's table in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    // Hits: flows each program has seen once (Katran learns a flow from any packet).
+    let mut hit_tcp = Vec::new();
+    let mut hit_udp = Vec::new();
+    for i in 0..TIMED_FLOWS {
+        let client = flows.client();
+        let v = vip(i % vips);
+        let ack = tcp(client, v, TCP_ACK);
+        let dgram = udp(client, vip(0));
+        for frame in [&ack, &dgram] {
+            p.nat.test_run(frame, None)?;
+            p.dsr.test_run(frame, None)?;
+            p.katran.test_run(frame)?;
+            std::thread::sleep(SYN_GAP);
+        }
+        hit_tcp.push(ack);
+        hit_udp.push(dgram);
+    }
+    let syn = (0..TIMED_FLOWS)
+        .map(|i| {
+            let client = flows.client();
+            tcp(client, vip(i % vips), TCP_SYN)
+        })
+        .collect();
+    let other = Ipv4Addr::new(10, 98, 0, 1);
+    let non_vip = vec![tcp((fixture_env::CLIENT_IP, 40000), other, TCP_ACK)];
+    Ok(vec![
+        Case {
+            name: "syn",
+            frames: syn,
+            new_flows: true,
+        },
+        Case {
+            name: "hit-tcp",
+            frames: hit_tcp,
+            new_flows: false,
+        },
+        Case {
+            name: "hit-udp",
+            frames: hit_udp,
+            new_flows: false,
+        },
+        Case {
+            name: "non-vip",
+            frames: non_vip,
+            new_flows: false,
+        },
+    ])
+}
+
+/// Checks that every program takes the path its case claims to time on the case's first
+/// frame: forwarded (our REDIRECT, Katran's TX with a 20-byte IPIP header to a real) or
+/// passed to the kernel untouched.
+fn check(p: &Programs, case: &Case, backends: usize) -> Result<()> {
+    let frame = &case.frames[0];
+    let forwarded = case.name != "non-vip";
+    for (mode, dp) in [("nat", &p.nat), ("dsr", &p.dsr)] {
+        let (verdict, _) = dp.test_run(frame, None)?;
+        let want = if forwarded { XDP_REDIRECT } else { XDP_PASS };
+        if verdict != want {
+            bail!(
+                "ours {mode} {}: verdict {verdict}, expected {want}",
+                case.name
+            );
+        }
+    }
+    let (verdict, out) = p.katran.test_run(frame)?;
+    if !forwarded {
+        if verdict != XDP_PASS || out != *frame {
+            bail!(
+                "katran {}: verdict {verdict}, expected an untouched pass",
+                case.name
+            );
+        }
+        return Ok(());
+    }
+    if verdict != XDP_TX || out.len() != frame.len() + 20 {
+        bail!(
+            "katran {}: verdict {verdict} and {} bytes out, expected TX with an IPIP header",
+            case.name,
+            out.len()
+        );
+    }
+    // Outer IPv4 header after the Ethernet header: protocol 4 (IPIP), destination a real.
+    let dst = Ipv4Addr::new(out[30], out[31], out[32], out[33]);
+    if out[23] != 4 || !(0..backends).any(|b| backend(b) == dst) {
+        bail!(
+            "katran {}: outer protocol {} to {dst}, expected IPIP to a real",
+            case.name,
+            out[23]
+        );
+    }
+    Ok(())
+}
+
+/// Median single-run time of `run` over `CALLS` calls cycling through `frames`.
+fn median_single(
+    frames: &[Vec<u8>],
+    gap: Option<Duration>,
+    mut run: impl FnMut(&[u8]) -> Result<Duration>,
+) -> Result<f64> {
+    let mut samples = Vec::with_capacity(CALLS);
+    let mut last = Instant::now();
+    for i in 0..CALLS {
+        if let Some(gap) = gap {
+            while last.elapsed() < gap {
+                std::hint::spin_loop();
+            }
+            last = Instant::now();
+        }
+        samples.push(run(&frames[i % frames.len()])?.as_nanos() as f64);
+    }
+    Ok(median(&samples))
+}
+
+/// Keeps the timing thread on one CPU: Katran keys its connection tables by CPU, and both
+/// programs should see the same caches.
+fn pin_to_cpu0() -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls only read and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error()).context("pinning to CPU 0");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the comparison for each size and prints one line per case and mode, each ending in
+/// `ratio vs katran: X.XX`.
+pub fn run(object: &[u8]) -> Result<()> {
+    let path = katran::object_path();
+    if !path.exists() {
+        println!(
+            "versus katran: skipped, Katran's object is not at {} (set KATRAN_OBJECT)",
+            path.display()
+        );
+        return Ok(());
+    }
+    pin_to_cpu0()?;
+    let mut lines = Vec::new();
+    for (vips, backends, prefill) in [(1, 3, 0), (100, 1000, PREFILLED)] {
+        let mut p = load(object, vips, backends)?;
+        let cases = cases(&mut p, vips, prefill)?;
+        for case in &cases {
+            check(&p, case, backends)?;
+        }
+        let non_vip = &cases[3].frames[0];
+        // (case, program) -> per-round medians; programs 0 katran, 1 nat, 2 dsr.
+        let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; cases.len()];
+        for _ in 0..ROUNDS {
+            // The test-run machinery's fixed cost: a single run less the mean of many, on
+            // a frame our program passes untouched.
+            let single = median_single(std::slice::from_ref(non_vip), None, |f| {
+                p.nat.bench_run(f, 1)
+            })?;
+            let overhead = (single - p.nat.bench_run(non_vip, REPEAT)?.as_nanos() as f64).max(0.0);
+            for (c, case) in cases.iter().enumerate() {
+                let gap = case.new_flows.then_some(SYN_GAP);
+                let net = |ns: f64| (ns - overhead).max(0.0);
+                times[c][0].push(net(median_single(&case.frames, gap, |f| {
+                    p.katran.bench_run(f, 1)
+                })?));
+                times[c][1].push(net(median_single(&case.frames, gap, |f| {
+                    p.nat.bench_run(f, 1)
+                })?));
+                times[c][2].push(net(median_single(&case.frames, gap, |f| {
+                    p.dsr.bench_run(f, 1)
+                })?));
+            }
+        }
+        // A timed hit that missed our table would time the re-hash path instead.
+        for (mode, dp) in [("nat", &p.nat), ("dsr", &p.dsr)] {
+            let missed: u64 = dp.status()?.vips.iter().map(|v| v.counters.ct_misses).sum();
+            let warmed = 2 * TIMED_FLOWS as u64;
+            if missed > warmed {
+                println!(
+                    "versus {vips}x{backends} ours {mode}: {} timed packets missed the connection table",
+                    missed - warmed
+                );
+            }
+        }
+        for (c, case) in cases.iter().enumerate() {
+            let katran = median(&times[c][0]);
+            for (m, mode) in [(1, "nat"), (2, "dsr")] {
+                let ours = median(&times[c][m]);
+                lines.push(format!(
+                    "{vips}x{backends} {mode} {}: katran {katran:.0} ns, ours {ours:.0} ns, ratio vs katran: {:.2}",
+                    case.name,
+                    ours / katran.max(1.0)
+                ));
+            }
+        }
+    }
+    println!(
+        "\nPer packet beside Katran (medians of {ROUNDS} rounds, the fixed cost of a call subtracted):"
+    );
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
