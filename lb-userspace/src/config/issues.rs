@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use super::error::{ConfigError, ConfigIssue};
+use super::raw::recover::is_placeholder;
 
 /// The sink every validation step reports into; it never stops the caller, so all
 /// problems of a file are found in one run.
@@ -14,6 +15,9 @@ pub(super) struct Issues<'a> {
     line_starts: Vec<usize>,
     errors: Vec<ConfigIssue>,
     warnings: Vec<ConfigIssue>,
+    /// Problems of stand-in values, not shown but counted: a step that compares
+    /// [`Issues::error_count`] must still see that its input was not valid.
+    unshown: usize,
 }
 
 impl<'a> Issues<'a> {
@@ -28,17 +32,26 @@ impl<'a> Issues<'a> {
             line_starts,
             errors: Vec::new(),
             warnings: Vec::new(),
+            unshown: 0,
         }
     }
 
-    /// Records an error at the byte span `span` of the text.
+    /// Records an error at the byte span `span` of the text. A problem of a stand-in value
+    /// (a value that could not be read, already reported) is not recorded.
     pub(super) fn error(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        if is_placeholder(span) {
+            self.unshown += 1;
+            return;
+        }
         let issue = self.issue(span, field, message.into());
         self.errors.push(issue);
     }
 
     /// Records a warning (a value that was adjusted, S-HC4) at the byte span `span`.
     pub(super) fn warn(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        if is_placeholder(span) {
+            return;
+        }
         let issue = self.issue(span, field, message.into());
         self.warnings.push(issue);
     }
@@ -49,10 +62,10 @@ impl<'a> Issues<'a> {
         !self.errors.is_empty()
     }
 
-    /// Number of errors recorded so far; a step compares it before and after to learn
-    /// whether its own input was valid.
+    /// Number of errors recorded so far (those of stand-in values included); a step
+    /// compares it before and after to learn whether its own input was valid.
     pub(super) fn error_count(&self) -> usize {
-        self.errors.len()
+        self.errors.len() + self.unshown
     }
 
     /// 1-based line of the byte offset `offset`, used to mention a first definition.

@@ -9,6 +9,8 @@
 pub(in crate::config) mod dns;
 pub(in crate::config) mod document;
 pub(in crate::config) mod l7;
+pub(in crate::config) mod recover;
+pub(in crate::config) mod syntax;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 

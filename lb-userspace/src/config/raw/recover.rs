@@ -1,0 +1,395 @@
+//! Reading a table that serde rejects. serde stops at the first problem of a table, so a
+//! table with a wrong type, an unknown key and a missing key would show one of them per run.
+//! Here every problem is reported in one run: after each error the table is repaired and
+//! read again. A value of the wrong type is replaced by a stand-in of the right type; an
+//! unknown key is dropped; a missing key gets a stand-in. Stand-ins carry a placeholder span
+//! ([`is_placeholder`]) so the semantic checks of the table's other keys still run, while
+//! whatever they would say about a stand-in is left out (its own error was reported).
+//!
+//! A key for which no stand-in fits (an enum such as `kind`) cannot be replaced; when it is
+//! required, its table cannot be read: a nested table is dropped from its parent, the entry
+//! itself is given up, and one line says how many of its keys were therefore not checked.
+//!
+//! Tables that serde accepts at once take the fast path: one deserialization, as before.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use toml::de::{DeValue, ValueDeserializer};
+
+use crate::config::issues::Issues;
+
+/// Placeholder spans start here: far past any text, so none can be mistaken for a position.
+const PLACEHOLDER_START: usize = usize::MAX / 2;
+
+/// Enough repairs for any real table (each removes or replaces one written value or adds
+/// one missing key); a bound so that a repair that makes no progress cannot loop.
+const MAX_REPAIRS: usize = 256;
+
+/// Stand-in values tried in turn for a value of the wrong type or a missing key.
+const STAND_INS: [&str; 6] = ["\"\"", "0", "0.0", "false", "[]", "{}"];
+
+/// True for the span of a stand-in value: a check's problem there is not reported.
+pub(in crate::config) fn is_placeholder(span: &Range<usize>) -> bool {
+    span.start >= PLACEHOLDER_START
+}
+
+/// What reading one table gave.
+pub(in crate::config) enum Read<T> {
+    /// Read as written.
+    Whole(T),
+    /// Read with stand-ins for values whose problems were reported; checks may run on it,
+    /// but it must not be used as a valid value by other entries.
+    Partial(T),
+    /// Not readable at all (problems reported).
+    Unreadable,
+}
+
+/// Reads `value` (the table or value at field path `path`), reporting every problem.
+pub(in crate::config) fn read<'i, T>(
+    path: &str,
+    value: Spanned<DeValue<'i>>,
+    issues: &mut Issues,
+) -> Read<T>
+where
+    T: Deserialize<'i>,
+{
+    let original = value.clone();
+    match T::deserialize(ValueDeserializer::from(value)) {
+        Ok(raw) => Read::Whole(raw),
+        Err(error) => Repair::new(path, original).run(error, issues),
+    }
+}
+
+/// The state of repairing one table.
+struct Repair<'p, 'i> {
+    /// Field path of the table.
+    path: &'p str,
+    /// The table as written: field paths and key counts are taken from it.
+    original: Spanned<DeValue<'i>>,
+    /// The table with the repairs so far.
+    current: Spanned<DeValue<'i>>,
+    /// Stand-ins made so far (each gets its own placeholder span).
+    stand_ins: usize,
+    /// Keys dropped because no stand-in fit: (span of their table, key). A "missing
+    /// field" for one of them is the repair's doing, not the operator's.
+    dropped: Vec<(Range<usize>, String)>,
+}
+
+impl<'p, 'i> Repair<'p, 'i> {
+    fn new(path: &'p str, original: Spanned<DeValue<'i>>) -> Self {
+        Self {
+            path,
+            current: original.clone(),
+            original,
+            stand_ins: 0,
+            dropped: Vec::new(),
+        }
+    }
+
+    /// Reports `error` and every later one, repairing after each.
+    fn run<T: Deserialize<'i>>(mut self, mut error: toml::de::Error, issues: &mut Issues) -> Read<T> {
+        for _ in 0..MAX_REPAIRS {
+            if !self.repair::<T>(&error, issues) {
+                return Read::Unreadable;
+            }
+            match T::deserialize(ValueDeserializer::from(self.current.clone())) {
+                Ok(raw) => return Read::Partial(raw),
+                Err(next) => error = next,
+            }
+        }
+        Read::Unreadable
+    }
+
+    /// Reports one error and repairs what it points at; false when the table cannot be read.
+    fn repair<T: Deserialize<'i>>(&mut self, error: &toml::de::Error, issues: &mut Issues) -> bool {
+        let span = error.span().unwrap_or_else(|| self.current.span());
+        let message = error.message();
+        if let Some(key) = quoted_after(message, "missing field `") {
+            let ours = self.dropped.iter().any(|(s, k)| *s == span && k == key);
+            if !ours {
+                self.report(&span, message, issues);
+                if self.fill::<T>(&span, key) {
+                    return true;
+                }
+            }
+            return self.drop_table(&span, key, issues);
+        }
+        self.report(&span, message, issues);
+        if message.starts_with("unknown field `") {
+            return remove_key(&mut self.current, &span, &mut self.dropped).is_some();
+        }
+        if span == self.current.span() {
+            return false;
+        }
+        if self.replace::<T>(&span) {
+            return true;
+        }
+        match remove_key(&mut self.current, &span, &mut self.dropped) {
+            // The value cannot be replaced; a required one is then "missing" (ours).
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Reports an error at `span` with the field path of what is written there.
+    fn report(&self, span: &Range<usize>, message: &str, issues: &mut Issues) {
+        let field = super::document::field_path(self.path, self.original.get_ref(), span);
+        issues.error(span, &field, super::document::plain_types(message));
+    }
+
+    /// A fresh placeholder span.
+    fn placeholder(&mut self) -> Range<usize> {
+        self.stand_ins += 1;
+        PLACEHOLDER_START + self.stand_ins..PLACEHOLDER_START + self.stand_ins
+    }
+
+    /// Replaces the value at `span` by the first stand-in T accepts there.
+    fn replace<T: Deserialize<'i>>(&mut self, span: &Range<usize>) -> bool {
+        let mut at = span.clone();
+        for text in STAND_INS {
+            let here = self.placeholder();
+            let Some(value) = stand_in(text, here.clone()) else {
+                continue;
+            };
+            if !replace_value(&mut self.current, &at, value) {
+                return false;
+            }
+            at = here;
+            if self.accepts::<T>(&at) {
+                return true;
+            }
+        }
+        // Nothing fits: put the value back, so that `remove_key` finds it at its own span.
+        if let Some(original) = find_value(self.original.get_ref(), span) {
+            replace_value(&mut self.current, &at, original);
+        }
+        false
+    }
+
+    /// Adds a stand-in for the missing `key` of the table at `span`.
+    fn fill<T: Deserialize<'i>>(&mut self, span: &Range<usize>, key: &str) -> bool {
+        for text in STAND_INS {
+            let here = self.placeholder();
+            let Some(value) = stand_in(text, here.clone()) else {
+                continue;
+            };
+            if !insert_key(&mut self.current, span, key, value) {
+                return false;
+            }
+            if self.accepts::<T>(&here) {
+                return true;
+            }
+        }
+        remove_key_of_table(&mut self.current, span, key);
+        false
+    }
+
+    /// True when T accepts the stand-in at `at` (reading now fails elsewhere or not at all).
+    fn accepts<T: Deserialize<'i>>(&self, at: &Range<usize>) -> bool {
+        match T::deserialize(ValueDeserializer::from(self.current.clone())) {
+            Ok(_) => true,
+            Err(error) => error.span().is_none_or(|s| s != *at),
+        }
+    }
+
+    /// The table at `span` lacks `key` and nothing can stand in: drop the table from its
+    /// parent (false when it is the table being read), saying which keys go unchecked.
+    fn drop_table(&mut self, span: &Range<usize>, key: &str, issues: &mut Issues) -> bool {
+        let field = super::document::field_path(self.path, self.original.get_ref(), span);
+        let root = *span == self.original.span();
+        let table = if root {
+            Some(self.original.clone())
+        } else {
+            find_value(self.original.get_ref(), span)
+        };
+        let others = table.as_ref().and_then(|t| t.get_ref().as_table()).map_or(0, |t| {
+            t.iter().filter(|(k, _)| k.get_ref() != key).count()
+        });
+        let field = if root {
+            self.path.to_owned()
+        } else {
+            field
+        };
+        if others > 0 {
+            let skipped = if others == 1 {
+                "the check of its other key was".to_owned()
+            } else {
+                format!("the checks of its other {others} keys were")
+            };
+            issues.error(
+                span,
+                &field,
+                format!("without a readable `{key}`, {skipped} skipped"),
+            );
+        }
+        if root {
+            return false;
+        }
+        remove_key(&mut self.current, span, &mut self.dropped).is_some()
+    }
+}
+
+/// The text between `prefix` and the next backquote in `message`.
+fn quoted_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = message.strip_prefix(prefix)?;
+    rest.split('`').next()
+}
+
+/// A stand-in value parsed from `text`, at `span`.
+fn stand_in<'i>(text: &'static str, span: Range<usize>) -> Option<Spanned<DeValue<'i>>> {
+    let value = DeValue::parse(text).ok()?.into_inner();
+    Some(Spanned::new(span, value))
+}
+
+/// The value (or the table) whose span is `span`, anywhere under `value`.
+fn find_value<'i>(value: &DeValue<'i>, span: &Range<usize>) -> Option<Spanned<DeValue<'i>>> {
+    match value {
+        DeValue::Table(table) => table.iter().find_map(|(_, item)| {
+            if item.span() == *span {
+                Some(item.clone())
+            } else {
+                find_value(item.get_ref(), span)
+            }
+        }),
+        DeValue::Array(items) => items.iter().find_map(|item| {
+            if item.span() == *span {
+                Some(item.clone())
+            } else {
+                find_value(item.get_ref(), span)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// Replaces the value whose span is `span` (not the root) by `by`.
+fn replace_value<'i>(
+    root: &mut Spanned<DeValue<'i>>,
+    span: &Range<usize>,
+    by: Spanned<DeValue<'i>>,
+) -> bool {
+    match slot(root.get_mut(), span) {
+        Some(found) => {
+            *found = by;
+            true
+        }
+        None => false,
+    }
+}
+
+/// The value whose span is `span`, under `value`, for changing it in place.
+fn slot<'a, 'i>(
+    value: &'a mut DeValue<'i>,
+    span: &Range<usize>,
+) -> Option<&'a mut Spanned<DeValue<'i>>> {
+    let items: Vec<&'a mut Spanned<DeValue<'i>>> = match value {
+        DeValue::Table(table) => table.iter_mut().map(|(_, item)| item).collect(),
+        DeValue::Array(items) => items.iter_mut().collect(),
+        _ => return None,
+    };
+    for item in items {
+        if item.span() == *span {
+            return Some(item);
+        }
+        if let Some(found) = slot(item.get_mut(), span) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// The table whose span is `span` (the root included), for changing it in place.
+fn table_at<'a, 'i>(
+    root: &'a mut Spanned<DeValue<'i>>,
+    span: &Range<usize>,
+) -> Option<&'a mut toml::de::DeTable<'i>> {
+    let found = if root.span() == *span {
+        root.get_mut()
+    } else {
+        slot(root.get_mut(), span)?.get_mut()
+    };
+    match found {
+        DeValue::Table(table) => Some(table),
+        _ => None,
+    }
+}
+
+/// Adds `key = value` to the table at `span` (replacing an earlier stand-in).
+fn insert_key<'i>(
+    root: &mut Spanned<DeValue<'i>>,
+    span: &Range<usize>,
+    key: &str,
+    value: Spanned<DeValue<'i>>,
+) -> bool {
+    let Some(table) = table_at(root, span) else {
+        return false;
+    };
+    let name = Spanned::new(value.span(), std::borrow::Cow::Owned(key.to_owned()));
+    table.remove(key);
+    table.insert(name, value);
+    true
+}
+
+/// Removes `key` from the table at `span`.
+fn remove_key_of_table(root: &mut Spanned<DeValue<'_>>, span: &Range<usize>, key: &str) {
+    if let Some(table) = table_at(root, span) {
+        table.remove(key);
+    }
+}
+
+/// Removes the key whose name or value is at `span` from the table holding it; a value
+/// inside an array removes the array's key (indices of the other items must not shift).
+/// Records what was removed in `dropped` and returns the key.
+fn remove_key(
+    root: &mut Spanned<DeValue<'_>>,
+    span: &Range<usize>,
+    dropped: &mut Vec<(Range<usize>, String)>,
+) -> Option<String> {
+    let table_span = root.span();
+    remove_under(root.get_mut(), &table_span, span, dropped)
+}
+
+/// [`remove_key`] under `value` (whose span is `own`).
+fn remove_under(
+    value: &mut DeValue<'_>,
+    own: &Range<usize>,
+    span: &Range<usize>,
+    dropped: &mut Vec<(Range<usize>, String)>,
+) -> Option<String> {
+    match value {
+        DeValue::Table(table) => {
+            let mut hit = None;
+            for (key, item) in table.iter_mut() {
+                if key.span() == *span || item.span() == *span || holds(item.get_ref(), span) {
+                    hit = Some(key.get_ref().to_string());
+                    break;
+                }
+                let item_span = item.span();
+                if let Some(found) = remove_under(item.get_mut(), &item_span, span, dropped) {
+                    return Some(found);
+                }
+            }
+            let key = hit?;
+            table.remove(key.as_str());
+            dropped.push((own.clone(), key.clone()));
+            Some(key)
+        }
+        DeValue::Array(items) => items.iter_mut().find_map(|item| {
+            let item_span = item.span();
+            remove_under(item.get_mut(), &item_span, span, dropped)
+        }),
+        _ => None,
+    }
+}
+
+/// True when `value` is an array with an item at `span` (in it or in a nested array).
+fn holds(value: &DeValue<'_>, span: &Range<usize>) -> bool {
+    match value {
+        DeValue::Array(items) => items
+            .iter()
+            .any(|item| item.span() == *span || holds(item.get_ref(), span)),
+        _ => false,
+    }
+}
