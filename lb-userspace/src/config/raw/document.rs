@@ -110,7 +110,8 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> RawDocument {
             "proxy" => doc.proxy = read_table(name, value, issues),
             "cluster" => doc.cluster = read_optional_table(name, value, issues),
             "health_check" => {
-                doc.health_checks = reader.entries(value, issues, &mut doc.unreadable.health_checks);
+                doc.health_checks =
+                    reader.entries(value, issues, &mut doc.unreadable.health_checks);
             }
             "backend_service" => {
                 doc.backend_services = reader.entries(value, issues, &mut doc.unreadable.backends);
@@ -139,7 +140,13 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> RawDocument {
 
 /// Says that the table at `span` (field path `path`) was not checked because of the
 /// syntax error at byte `error`.
-fn skipped(path: &str, table: &DeValue<'_>, span: &Range<usize>, error: usize, issues: &mut Issues) {
+fn skipped(
+    path: &str,
+    table: &DeValue<'_>,
+    span: &Range<usize>,
+    error: usize,
+    issues: &mut Issues,
+) {
     let keys = table.as_table().map_or(0, |t| t.len());
     let line = issues.line_of(error);
     let noun = if keys == 1 { "key" } else { "keys" };
@@ -231,7 +238,9 @@ impl Reader<'_> {
             issues.error(
                 &span,
                 section,
-                format!("`{section}` must be an array of tables: write each entry as [[{section}]]"),
+                format!(
+                    "`{section}` must be an array of tables: write each entry as [[{section}]]"
+                ),
             );
             return Vec::new();
         };
@@ -402,8 +411,14 @@ mod tests {
             "t.toml:1:1: proxy: the checks of its 1 key were skipped: the TOML syntax error at \
              line 2 may have changed how this table reads"
         );
-        assert!(errors[1].starts_with("t.toml:2:11: TOML syntax: "), "{errors:?}");
-        assert!(errors[2].starts_with("t.toml:2:13: TOML syntax: "), "{errors:?}");
+        assert!(
+            errors[1].starts_with("t.toml:2:11: TOML syntax: "),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].starts_with("t.toml:2:13: TOML syntax: "),
+            "{errors:?}"
+        );
         assert!(errors[4].starts_with("t.toml:5:8: health_check[0].type: unknown variant"));
     }
 }

@@ -89,7 +89,11 @@ impl<'p, 'i> Repair<'p, 'i> {
     }
 
     /// Reports `error` and every later one, repairing after each.
-    fn run<T: Deserialize<'i>>(mut self, mut error: toml::de::Error, issues: &mut Issues) -> Read<T> {
+    fn run<T: Deserialize<'i>>(
+        mut self,
+        mut error: toml::de::Error,
+        issues: &mut Issues,
+    ) -> Read<T> {
         for _ in 0..MAX_REPAIRS {
             if !self.repair::<T>(&error, issues) {
                 return Read::Unreadable;
@@ -190,7 +194,7 @@ impl<'p, 'i> Repair<'p, 'i> {
     fn accepts<T: Deserialize<'i>>(&self, at: &Range<usize>) -> bool {
         match T::deserialize(ValueDeserializer::from(self.current.clone())) {
             Ok(_) => true,
-            Err(error) => error.span().is_none_or(|s| s != *at),
+            Err(error) => error.span().is_some_and(|s| s != *at),
         }
     }
 
@@ -204,14 +208,11 @@ impl<'p, 'i> Repair<'p, 'i> {
         } else {
             find_value(self.original.get_ref(), span)
         };
-        let others = table.as_ref().and_then(|t| t.get_ref().as_table()).map_or(0, |t| {
-            t.iter().filter(|(k, _)| k.get_ref() != key).count()
-        });
-        let field = if root {
-            self.path.to_owned()
-        } else {
-            field
-        };
+        let others = table
+            .as_ref()
+            .and_then(|t| t.get_ref().as_table())
+            .map_or(0, |t| t.iter().filter(|(k, _)| k.get_ref() != key).count());
+        let field = if root { self.path.to_owned() } else { field };
         if others > 0 {
             let skipped = if others == 1 {
                 "the check of its other key was".to_owned()
