@@ -84,6 +84,7 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> RawDocument {
         starts.push(span.start);
         issues.error(&span, "", format!("TOML syntax: {}", error.message()));
     }
+    starts.sort_unstable();
     let taint = Taint::new(root.get_ref(), &starts);
     let mut doc = RawDocument::default();
     for (key, value) in root.into_inner() {

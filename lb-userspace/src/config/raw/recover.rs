@@ -130,11 +130,9 @@ impl<'p, 'i> Repair<'p, 'i> {
         if self.replace::<T>(&span) {
             return true;
         }
-        match remove_key(&mut self.current, &span, &mut self.dropped) {
-            // The value cannot be replaced; a required one is then "missing" (ours).
-            Some(_) => true,
-            None => false,
-        }
+        // No stand-in fits (an enum): drop the key; if it is required, the next error is
+        // its "missing field", which `dropped` marks as the repair's own.
+        remove_key(&mut self.current, &span, &mut self.dropped).is_some()
     }
 
     /// Reports an error at `span` with the field path of what is written there.

@@ -17,7 +17,8 @@ pub(in crate::config) struct Taint {
 }
 
 impl Taint {
-    /// Finds the items of `root` that hold one of the syntax errors at `errors`. An error
+    /// Finds the items of `root` that hold one of the syntax errors at `errors` (sorted,
+    /// so each item names its first). An error
     /// belongs to the last item that starts before it; keys outside any table that follow
     /// an error (before the next table) are unreliable too, since a broken `[header]` leaves
     /// its keys at the top level.
