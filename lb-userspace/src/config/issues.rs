@@ -131,6 +131,22 @@ mod tests {
         assert_eq!(issues.position(10_000).0, 4);
     }
 
+    /// issue 19: a check's problem with a stand-in value (one that could not be read, its
+    /// own error already shown) is counted, so the step knows its input was bad, not shown.
+    #[test]
+    fn problems_of_stand_ins_are_counted_not_shown() {
+        let text = "a = 1\n";
+        let mut issues = Issues::new("lb.toml", text);
+        let stand_in = crate::config::raw::recover::PLACEHOLDER_START + 1;
+        issues.error(&(stand_in..stand_in), "a", "not shown");
+        issues.warn(&(stand_in..stand_in), "a", "not shown");
+        assert_eq!(issues.error_count(), 1);
+        assert!(!issues.has_errors());
+        issues.error(&(0..1), "a", "shown");
+        let err = issues.finish().unwrap_err();
+        assert_eq!(err.to_string(), "lb.toml:1:1: a: shown");
+    }
+
     #[test]
     fn errors_are_sorted_and_displayed_one_per_line() {
         let text = "a = 1\nb = 2\n";

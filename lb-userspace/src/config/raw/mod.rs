@@ -11,6 +11,7 @@ pub(in crate::config) mod document;
 pub(in crate::config) mod l7;
 pub(in crate::config) mod recover;
 pub(in crate::config) mod syntax;
+mod tree;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 
