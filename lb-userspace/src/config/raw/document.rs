@@ -291,6 +291,7 @@ pub(super) fn plain_types(message: &str) -> String {
     message
         .replace("expected i64", "expected an integer")
         .replace("expected f64", "expected a number (seconds)")
+        .replace("expected a sequence", "expected an array")
 }
 
 /// The deepest key path under `value` whose key or value contains `span`.
@@ -385,10 +386,10 @@ mod tests {
 
     #[test]
     fn messages_use_toml_types() {
-        let text =
-            "vservice = [1]\n[[health_check]]\nname = \"h\"\ntype = \"tcp\"\nperiod = \"1s\"\n";
+        let text = "vservice = [1]\n[[health_check]]\nname = \"h\"\ntype = \"tcp\"\n\
+                    period = \"1s\"\nexpect_status = 200\n";
         let errors = read_errors(text);
-        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert_eq!(
             errors[0],
             "t.toml:1:13: vservice[0]: invalid type: integer `1`, expected a table"
@@ -399,6 +400,30 @@ mod tests {
             ),
             "{errors:?}"
         );
+        assert!(
+            errors[2].ends_with("expect_status: invalid type: integer `200`, expected an array"),
+            "{errors:?}"
+        );
+    }
+
+    /// issue 19: a table with very many unreadable values reports a bounded number of
+    /// them, then says the rest was not checked (each repair reads the table again).
+    #[test]
+    fn very_many_bad_values_are_bounded() {
+        let items: Vec<String> = (0..150).map(|i| i.to_string()).collect();
+        let text = format!(
+            "[[vservice]]\nname = \"v\"\nkind = \"tcp-l4\"\naddress = \"192.0.2.1\"\n\
+             port = 80\nbackends = [{}]\n",
+            items.join(", ")
+        );
+        let errors = read_errors(&text);
+        assert_eq!(errors.len(), 101, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "t.toml:1:1: vservice[0]: more than 100 values of this table could not be read: \
+             the rest of it was not checked"
+        );
+        assert!(errors[100].contains("vservice[0].backends[99]: invalid type"));
     }
 
     /// issue 19: a syntax error leaves out only the table holding it.

@@ -25,8 +25,10 @@ use crate::config::issues::Issues;
 pub(in crate::config) const PLACEHOLDER_START: usize = usize::MAX / 2;
 
 /// Enough repairs for any real table (each removes or replaces one written value or adds
-/// one missing key); a bound so that a repair that makes no progress cannot loop.
-const MAX_REPAIRS: usize = 256;
+/// one missing key); a bound so that a table with thousands of bad values (each repair
+/// reads the table again) costs a bounded time, and a repair that makes no progress
+/// cannot loop.
+const MAX_REPAIRS: usize = 100;
 
 /// Stand-in values tried in turn for a value of the wrong type or a missing key.
 const STAND_INS: [&str; 6] = ["\"\"", "0", "0.0", "false", "[]", "{}"];
@@ -104,6 +106,14 @@ impl<'p, 'i> Repair<'p, 'i> {
                 Err(next) => error = next,
             }
         }
+        issues.error(
+            &self.original.span(),
+            self.path,
+            format!(
+                "more than {MAX_REPAIRS} values of this table could not be read: the rest of \
+                 it was not checked"
+            ),
+        );
         Read::Unreadable
     }
 
