@@ -1370,6 +1370,39 @@ fn dns_vservice_and_vservice_problems_are_reported_together() {
     );
 }
 
+/// issue 19: `[backend_service]` written for `[[backend_service]]` is said, and the table
+/// is still checked as the entry it was meant to be.
+#[test]
+fn single_brackets_for_an_entry_still_check_the_entry() {
+    let text = doc(&[
+        "[backend_service]", // 1
+        "name = \"a\"",
+        "address = \"10.0.0.999\"", // 3
+        "port = 80",
+        "weight = 70000", // 5
+    ]);
+    assert_exactly(
+        &text,
+        &[
+            (
+                "backend_service",
+                1,
+                "write each entry as [[backend_service]]",
+            ),
+            (
+                "backend_service[0].address",
+                3,
+                "`10.0.0.999` is not an IPv4 or IPv6 address",
+            ),
+            (
+                "backend_service[0].weight",
+                5,
+                "70000 is out of range 0..=65535",
+            ),
+        ],
+    );
+}
+
 /// issue 19, the issue's case: a new user's file with many mistakes of different kinds gets
 /// every one, each with its line, in one run of `lb check-config`'s parser.
 #[test]

@@ -235,15 +235,23 @@ impl Reader<'_> {
     {
         let section = self.section;
         let span = value.span();
-        let DeValue::Array(items) = value.into_inner() else {
-            issues.error(
-                &span,
-                section,
-                format!(
-                    "`{section}` must be an array of tables: write each entry as [[{section}]]"
-                ),
-            );
-            return Vec::new();
+        let items = match value.into_inner() {
+            DeValue::Array(items) => items,
+            other => {
+                issues.error(
+                    &span,
+                    section,
+                    format!(
+                        "`{section}` must be an array of tables: write each entry as [[{section}]]"
+                    ),
+                );
+                // `[vservice]` for `[[vservice]]`: the table is still checked as the one
+                // entry it was meant to be, so its own problems show in this run too.
+                if !other.is_table() {
+                    return Vec::new();
+                }
+                std::iter::once(Spanned::new(span, other)).collect()
+            }
         };
         let mut entries = Vec::with_capacity(items.len());
         for (index, item) in items.into_iter().enumerate() {
@@ -377,11 +385,14 @@ mod tests {
 
     #[test]
     fn unknown_section_and_wrong_shape_are_reported() {
-        let text = "[vservice]\nname = \"v\"\n\n[extra]\nx = 1\n";
+        let text = "[vservice]\nname = \"v\"\nkind = \"tcp-l4\"\naddress = \"192.0.2.1\"\n\
+                    colour = 1\n\n[extra]\nx = 1\n";
         let errors = read_errors(text);
-        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].contains("t.toml:1:1: vservice: `vservice` must be an array of tables"));
-        assert!(errors[1].contains("t.toml:4:2: extra: unknown section `extra`"));
+        // issue 19: the table is still read as the entry it was meant to be.
+        assert!(errors[1].contains("t.toml:5:1: vservice[0].colour: unknown field `colour`"));
+        assert!(errors[2].contains("t.toml:7:2: extra: unknown section `extra`"));
     }
 
     #[test]
