@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use super::error::{ConfigError, ConfigIssue};
+use super::raw::recover::is_placeholder;
 
 /// The sink every validation step reports into; it never stops the caller, so all
 /// problems of a file are found in one run.
@@ -14,6 +15,9 @@ pub(super) struct Issues<'a> {
     line_starts: Vec<usize>,
     errors: Vec<ConfigIssue>,
     warnings: Vec<ConfigIssue>,
+    /// Problems of stand-in values, not shown but counted: a step that compares
+    /// [`Issues::error_count`] must still see that its input was not valid.
+    unshown: usize,
 }
 
 impl<'a> Issues<'a> {
@@ -28,17 +32,26 @@ impl<'a> Issues<'a> {
             line_starts,
             errors: Vec::new(),
             warnings: Vec::new(),
+            unshown: 0,
         }
     }
 
-    /// Records an error at the byte span `span` of the text.
+    /// Records an error at the byte span `span` of the text. A problem of a stand-in value
+    /// (a value that could not be read, already reported) is not recorded.
     pub(super) fn error(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        if is_placeholder(span) {
+            self.unshown += 1;
+            return;
+        }
         let issue = self.issue(span, field, message.into());
         self.errors.push(issue);
     }
 
     /// Records a warning (a value that was adjusted, S-HC4) at the byte span `span`.
     pub(super) fn warn(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        if is_placeholder(span) {
+            return;
+        }
         let issue = self.issue(span, field, message.into());
         self.warnings.push(issue);
     }
@@ -49,10 +62,10 @@ impl<'a> Issues<'a> {
         !self.errors.is_empty()
     }
 
-    /// Number of errors recorded so far; a step compares it before and after to learn
-    /// whether its own input was valid.
+    /// Number of errors recorded so far (those of stand-in values included); a step
+    /// compares it before and after to learn whether its own input was valid.
     pub(super) fn error_count(&self) -> usize {
-        self.errors.len()
+        self.errors.len() + self.unshown
     }
 
     /// 1-based line of the byte offset `offset`, used to mention a first definition.
@@ -116,6 +129,22 @@ mod tests {
         let line3 = text.find("bé").unwrap();
         assert_eq!(issues.position(line3 + 4), (3, 4));
         assert_eq!(issues.position(10_000).0, 4);
+    }
+
+    /// issue 19: a check's problem with a stand-in value (one that could not be read, its
+    /// own error already shown) is counted, so the step knows its input was bad, not shown.
+    #[test]
+    fn problems_of_stand_ins_are_counted_not_shown() {
+        let text = "a = 1\n";
+        let mut issues = Issues::new("lb.toml", text);
+        let stand_in = crate::config::raw::recover::PLACEHOLDER_START + 1;
+        issues.error(&(stand_in..stand_in), "a", "not shown");
+        issues.warn(&(stand_in..stand_in), "a", "not shown");
+        assert_eq!(issues.error_count(), 1);
+        assert!(!issues.has_errors());
+        issues.error(&(0..1), "a", "shown");
+        let err = issues.finish().unwrap_err();
+        assert_eq!(err.to_string(), "lb.toml:1:1: a: shown");
     }
 
     #[test]

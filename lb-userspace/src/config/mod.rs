@@ -70,17 +70,13 @@ pub fn parse_with_warnings(text: &str, origin: &str) -> Result<(Config, Vec<Stri
     let mut issues = Issues::new(origin, text);
     let config = validate(text, &mut issues);
     let warnings = issues.finish()?;
-    match config {
-        Some(config) => Ok((config, warnings)),
-        // Unreachable in practice: `validate` yields nothing only after reporting an error.
-        None => Err(ConfigError { errors: Vec::new() }),
-    }
+    Ok((config, warnings))
 }
 
 /// Runs every step, each reporting into `issues`; the result is only meaningful when no
 /// error was reported.
-fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
-    let doc = document::read(text, issues)?;
+fn validate(text: &str, issues: &mut Issues) -> Config {
+    let doc = document::read(text, issues);
     let xdp = settings::xdp(&doc.xdp, issues);
     let reflection = settings::reflection(&doc.reflection, issues);
     let api = control::api(&doc.api, issues);
@@ -96,7 +92,7 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
         api: api.settings.listen,
     };
     let dns_vservices = dns::dns_vservices(&doc.dns_vservices, &dns_context, issues);
-    Some(Config {
+    Config {
         xdp,
         reflection,
         health_checks,
@@ -107,7 +103,7 @@ fn validate(text: &str, issues: &mut Issues) -> Option<Config> {
         proxy,
         cluster,
         dns_vservices,
-    })
+    }
 }
 
 fn log_warnings(warnings: &[String]) {

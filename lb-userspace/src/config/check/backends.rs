@@ -111,7 +111,10 @@ pub(in crate::config) fn backends(doc: &RawDocument, issues: &mut Issues) -> Bac
             }
         }
         let service = service(entry, &health_names, issues);
+        // A partial entry (some value unreadable) is defined but not valid: lists that
+        // name it are not checked against stand-in values.
         if issues.error_count() == before
+            && !entry.partial
             && let Some(service) = service
         {
             let index = backends.services.len();
@@ -127,7 +130,7 @@ pub(in crate::config) fn backends(doc: &RawDocument, issues: &mut Issues) -> Bac
         let field = format!("{}.name", entry.path);
         names.define(&entry.raw.name, "backend group", &field, issues);
         let group = group(entry, &backends, issues);
-        if issues.error_count() == before {
+        if issues.error_count() == before && !entry.partial {
             let index = backends.groups.len();
             backends
                 .group_index

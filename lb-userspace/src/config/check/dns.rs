@@ -87,6 +87,7 @@ pub(in crate::config) fn dns_vservices(
         sockets.push((listen, name.get_ref().clone(), issues.line_of(span.start)));
         if let Some(dns) = dns
             && issues.error_count() == before
+            && !entry.partial
         {
             valid.push(dns);
         }

@@ -32,7 +32,7 @@ pub(in crate::config) fn health_checks(
         let field = format!("{}.name", entry.path);
         names.define(&entry.raw.name, "health check", &field, issues);
         let check = convert(entry, issues);
-        if issues.error_count() == before {
+        if issues.error_count() == before && !entry.partial {
             checks.push(check);
         }
     }

@@ -1,14 +1,17 @@
 //! Reads TOML text into the raw structs: syntax errors, then each section and each
-//! `[[...]]` entry on its own, so one bad entry does not hide the problems of the others.
+//! `[[...]]` entry on its own, so one bad entry does not hide the problems of the others;
+//! within a table, [`recover`] finds every problem, not only serde's first.
 
 use std::collections::HashSet;
 use std::ops::Range;
 
 use serde::Deserialize;
 use serde_spanned::Spanned;
-use toml::de::{DeTable, DeValue, ValueDeserializer};
+use toml::de::{DeTable, DeValue};
 
 use super::dns::RawDnsVService;
+use super::recover::{self, Read};
+use super::syntax::Taint;
 use super::{
     RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawProxy,
     RawReflection, RawVService, RawXdp,
@@ -37,6 +40,9 @@ pub(in crate::config) struct Entry<T> {
     pub span: Range<usize>,
     /// The entry as written.
     pub raw: T,
+    /// True when some of its values could not be read (reported): stand-ins took their
+    /// place so its checks could run, but other entries must not rely on it as valid.
+    pub partial: bool,
 }
 
 /// Names of entries that could not be read. References to them are not reported as
@@ -67,21 +73,37 @@ pub(in crate::config) struct RawDocument {
     pub unreadable: Unreadable,
 }
 
-/// Reads `text`; returns `None` on syntax errors (all reported), since a broken document
-/// would give misleading semantic errors. Type and unknown-field errors are reported per
-/// entry and the entry is left out.
-pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> Option<RawDocument> {
+/// Reads `text`. Syntax errors are reported and the items holding one left out (see
+/// [`Taint`]); type and unknown-field errors are all reported, and an entry is kept for the
+/// checks (marked partial) when its other keys can still be read.
+pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> RawDocument {
     let (root, syntax_errors) = DeTable::parse_recoverable(text);
-    if !syntax_errors.is_empty() {
-        for error in syntax_errors {
-            let span = error.span().unwrap_or(0..0);
-            issues.error(&span, "", format!("TOML syntax: {}", error.message()));
-        }
-        return None;
+    let mut starts = Vec::with_capacity(syntax_errors.len());
+    for error in syntax_errors {
+        let span = error.span().unwrap_or(0..0);
+        starts.push(span.start);
+        issues.error(&span, "", format!("TOML syntax: {}", error.message()));
     }
+    starts.sort_unstable();
+    let taint = Taint::new(root.get_ref(), &starts);
     let mut doc = RawDocument::default();
     for (key, value) in root.into_inner() {
         let name = key.get_ref().as_ref();
+        let item = if value.get_ref().is_table() {
+            value.span()
+        } else {
+            key.span()
+        };
+        if let Some(error) = taint.error_in(&item) {
+            if value.get_ref().is_table() {
+                skipped(name, value.get_ref(), &item, error, issues);
+            }
+            continue;
+        }
+        let reader = Reader {
+            section: name,
+            taint: &taint,
+        };
         match name {
             "xdp" => doc.xdp = read_table(name, value, issues),
             "reflection" => doc.reflection = read_table(name, value, issues),
@@ -90,21 +112,19 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> Option<RawDocu
             "cluster" => doc.cluster = read_optional_table(name, value, issues),
             "health_check" => {
                 doc.health_checks =
-                    read_entries(name, value, issues, &mut doc.unreadable.health_checks);
+                    reader.entries(value, issues, &mut doc.unreadable.health_checks);
             }
             "backend_service" => {
-                doc.backend_services =
-                    read_entries(name, value, issues, &mut doc.unreadable.backends);
+                doc.backend_services = reader.entries(value, issues, &mut doc.unreadable.backends);
             }
             "backend_group" => {
-                doc.backend_groups =
-                    read_entries(name, value, issues, &mut doc.unreadable.backends);
+                doc.backend_groups = reader.entries(value, issues, &mut doc.unreadable.backends);
             }
             "vservice" => {
-                doc.vservices = read_entries(name, value, issues, &mut HashSet::new());
+                doc.vservices = reader.entries(value, issues, &mut HashSet::new());
             }
             "dns_vservice" => {
-                doc.dns_vservices = read_entries(name, value, issues, &mut HashSet::new());
+                doc.dns_vservices = reader.entries(value, issues, &mut HashSet::new());
             }
             _ => issues.error(
                 &key.span(),
@@ -116,10 +136,33 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> Option<RawDocu
             ),
         }
     }
-    Some(doc)
+    doc
 }
 
-/// Reads a single-table section such as `[xdp]`; on error reports it and uses defaults.
+/// Says that the table at `span` (field path `path`) was not checked because of the
+/// syntax error at byte `error`.
+fn skipped(
+    path: &str,
+    table: &DeValue<'_>,
+    span: &Range<usize>,
+    error: usize,
+    issues: &mut Issues,
+) {
+    let keys = table.as_table().map_or(0, |t| t.len());
+    let line = issues.line_of(error);
+    let noun = if keys == 1 { "key" } else { "keys" };
+    issues.error(
+        span,
+        path,
+        format!(
+            "the checks of its {keys} {noun} were skipped: the TOML syntax error at line \
+             {line} may have changed how this table reads"
+        ),
+    );
+}
+
+/// Reads a single-table section such as `[xdp]`; on error reports it and uses what could
+/// be read (defaults for the rest).
 fn read_table<'i, T>(section: &str, value: Spanned<DeValue<'i>>, issues: &mut Issues) -> T
 where
     T: Deserialize<'i> + Default,
@@ -132,7 +175,10 @@ where
         );
         return T::default();
     }
-    deserialize(section, value, issues).unwrap_or_default()
+    match recover::read(section, value, issues) {
+        Read::Whole(raw) | Read::Partial(raw) => raw,
+        Read::Unreadable => T::default(),
+    }
 }
 
 /// Reads a single-table section whose presence matters, such as `[cluster]`; `None` when
@@ -154,44 +200,87 @@ where
         );
         return None;
     }
-    let raw = deserialize(section, value, issues)?;
+    let (raw, partial) = match recover::read(section, value, issues) {
+        Read::Whole(raw) => (raw, false),
+        Read::Partial(raw) => (raw, true),
+        Read::Unreadable => return None,
+    };
     Some(Entry {
         path: section.to_owned(),
         span,
         raw,
+        partial,
     })
 }
 
-/// Reads an array-of-tables section such as `[[vservice]]`, entry by entry.
-fn read_entries<'i, T>(
-    section: &str,
-    value: Spanned<DeValue<'i>>,
-    issues: &mut Issues,
-    unreadable: &mut HashSet<String>,
-) -> Vec<Entry<T>>
-where
-    T: Deserialize<'i>,
-{
-    let span = value.span();
-    let DeValue::Array(items) = value.into_inner() else {
-        issues.error(
-            &span,
-            section,
-            format!("`{section}` must be an array of tables: write each entry as [[{section}]]"),
-        );
-        return Vec::new();
-    };
-    let mut entries = Vec::new();
-    for (index, item) in items.into_iter().enumerate() {
-        let path = format!("{section}[{index}]");
-        let span = item.span();
-        let name = entry_name(item.get_ref());
-        match deserialize(&path, item, issues) {
-            Some(raw) => entries.push(Entry { path, span, raw }),
-            None => unreadable.extend(name),
+/// Reads the entries of one array-of-tables section.
+struct Reader<'a> {
+    /// The section, e.g. `vservice`.
+    section: &'a str,
+    /// Entries that hold a syntax error, left out.
+    taint: &'a Taint,
+}
+
+impl Reader<'_> {
+    /// Reads an array-of-tables section such as `[[vservice]]`, entry by entry; the names
+    /// of entries that cannot be read (or hold a syntax error) go to `unreadable`.
+    fn entries<'i, T>(
+        &self,
+        value: Spanned<DeValue<'i>>,
+        issues: &mut Issues,
+        unreadable: &mut HashSet<String>,
+    ) -> Vec<Entry<T>>
+    where
+        T: Deserialize<'i>,
+    {
+        let section = self.section;
+        let span = value.span();
+        let items = match value.into_inner() {
+            DeValue::Array(items) => items,
+            other => {
+                issues.error(
+                    &span,
+                    section,
+                    format!(
+                        "`{section}` must be an array of tables: write each entry as [[{section}]]"
+                    ),
+                );
+                // `[vservice]` for `[[vservice]]`: the table is still checked as the one
+                // entry it was meant to be, so its own problems show in this run too.
+                if !other.is_table() {
+                    return Vec::new();
+                }
+                std::iter::once(Spanned::new(span, other)).collect()
+            }
+        };
+        let mut entries = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let path = format!("{section}[{index}]");
+            let span = item.span();
+            if let Some(error) = self.taint.error_in(&span) {
+                skipped(&path, item.get_ref(), &span, error, issues);
+                unreadable.extend(entry_name(item.get_ref()));
+                continue;
+            }
+            let name = entry_name(item.get_ref());
+            match recover::read(&path, item, issues) {
+                Read::Whole(raw) => entries.push(Entry {
+                    path,
+                    span,
+                    raw,
+                    partial: false,
+                }),
+                Read::Partial(raw) => entries.push(Entry {
+                    path,
+                    span,
+                    raw,
+                    partial: true,
+                }),
+                Read::Unreadable => unreadable.extend(name),
+            }
         }
+        entries
     }
-    entries
 }
 
 /// The `name` string of an entry, if it has one.
@@ -201,26 +290,8 @@ fn entry_name(value: &DeValue<'_>) -> Option<String> {
     name.get_ref().as_str().map(str::to_owned)
 }
 
-/// Deserializes one value; a serde error is reported at its span with the field path
-/// of the key it points into (serde messages do not name the field).
-fn deserialize<'i, T>(path: &str, value: Spanned<DeValue<'i>>, issues: &mut Issues) -> Option<T>
-where
-    T: Deserialize<'i>,
-{
-    let copy = value.clone();
-    match T::deserialize(ValueDeserializer::from(value)) {
-        Ok(raw) => Some(raw),
-        Err(error) => {
-            let span = error.span().unwrap_or_else(|| copy.span());
-            let field = field_path(path, copy.get_ref(), &span);
-            issues.error(&span, &field, plain_types(error.message()));
-            None
-        }
-    }
-}
-
 /// serde names Rust types ("expected i64"); operators think in TOML types.
-fn plain_types(message: &str) -> String {
+pub(super) fn plain_types(message: &str) -> String {
     let message = match message.find("expected struct ") {
         Some(at) => format!("{}expected a table", &message[..at]),
         None => message.to_owned(),
@@ -228,10 +299,11 @@ fn plain_types(message: &str) -> String {
     message
         .replace("expected i64", "expected an integer")
         .replace("expected f64", "expected a number (seconds)")
+        .replace("expected a sequence", "expected an array")
 }
 
 /// The deepest key path under `value` whose key or value contains `span`.
-fn field_path(base: &str, value: &DeValue<'_>, span: &Range<usize>) -> String {
+pub(super) fn field_path(base: &str, value: &DeValue<'_>, span: &Range<usize>) -> String {
     find_path(base, value, span).unwrap_or_else(|| base.to_owned())
 }
 
@@ -301,26 +373,34 @@ mod tests {
         let text = "[[health_check]]\nname = \"a\"\ntype = \"tcp\"\nbogus = 1\n\n\
                     [[health_check]]\nname = \"b\"\ntype = \"icmp\"\n";
         let errors = read_errors(text);
-        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].starts_with("t.toml:4:1: health_check[0].bogus: unknown field `bogus`"));
-        assert!(errors[1].starts_with("t.toml:8:8: health_check[1].type: unknown variant `icmp`"));
+        assert_eq!(
+            errors[1],
+            "t.toml:6:1: health_check[1]: without a readable `type`, the check of its other key \
+             was skipped"
+        );
+        assert!(errors[2].starts_with("t.toml:8:8: health_check[1].type: unknown variant `icmp`"));
     }
 
     #[test]
     fn unknown_section_and_wrong_shape_are_reported() {
-        let text = "[vservice]\nname = \"v\"\n\n[extra]\nx = 1\n";
+        let text = "[vservice]\nname = \"v\"\nkind = \"tcp-l4\"\naddress = \"192.0.2.1\"\n\
+                    colour = 1\n\n[extra]\nx = 1\n";
         let errors = read_errors(text);
-        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].contains("t.toml:1:1: vservice: `vservice` must be an array of tables"));
-        assert!(errors[1].contains("t.toml:4:2: extra: unknown section `extra`"));
+        // issue 19: the table is still read as the entry it was meant to be.
+        assert!(errors[1].contains("t.toml:5:1: vservice[0].colour: unknown field `colour`"));
+        assert!(errors[2].contains("t.toml:7:2: extra: unknown section `extra`"));
     }
 
     #[test]
     fn messages_use_toml_types() {
-        let text =
-            "vservice = [1]\n[[health_check]]\nname = \"h\"\ntype = \"tcp\"\nperiod = \"1s\"\n";
+        let text = "vservice = [1]\n[[health_check]]\nname = \"h\"\ntype = \"tcp\"\n\
+                    period = \"1s\"\nexpect_status = 200\n";
         let errors = read_errors(text);
-        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert_eq!(
             errors[0],
             "t.toml:1:13: vservice[0]: invalid type: integer `1`, expected a table"
@@ -331,14 +411,51 @@ mod tests {
             ),
             "{errors:?}"
         );
+        assert!(
+            errors[2].ends_with("expect_status: invalid type: integer `200`, expected an array"),
+            "{errors:?}"
+        );
     }
 
+    /// issue 19: a table with very many unreadable values reports a bounded number of
+    /// them, then says the rest was not checked (each repair reads the table again).
     #[test]
-    fn syntax_errors_stop_reading() {
-        let mut issues = Issues::new("t.toml", "a = \n");
-        assert!(read("a = \n", &mut issues).is_none());
-        let err = issues.finish().unwrap_err();
-        assert_eq!(err.errors[0].line, 1);
-        assert!(err.errors[0].message.starts_with("TOML syntax: "));
+    fn very_many_bad_values_are_bounded() {
+        let items: Vec<String> = (0..150).map(|i| i.to_string()).collect();
+        let text = format!(
+            "[[vservice]]\nname = \"v\"\nkind = \"tcp-l4\"\naddress = \"192.0.2.1\"\n\
+             port = 80\nbackends = [{}]\n",
+            items.join(", ")
+        );
+        let errors = read_errors(&text);
+        assert_eq!(errors.len(), 101, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "t.toml:1:1: vservice[0]: more than 100 values of this table could not be read: \
+             the rest of it was not checked"
+        );
+        assert!(errors[100].contains("vservice[0].backends[99]: invalid type"));
+    }
+
+    /// issue 19: a syntax error leaves out only the table holding it.
+    #[test]
+    fn syntax_errors_skip_only_their_table() {
+        let text = "[proxy]\nworkers = = 2\n[[health_check]]\nname = \"h\"\ntype = \"icmp\"\n";
+        let errors = read_errors(text);
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "t.toml:1:1: proxy: the checks of its 1 key were skipped: the TOML syntax error at \
+             line 2 may have changed how this table reads"
+        );
+        assert!(
+            errors[1].starts_with("t.toml:2:11: TOML syntax: "),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].starts_with("t.toml:2:13: TOML syntax: "),
+            "{errors:?}"
+        );
+        assert!(errors[4].starts_with("t.toml:5:8: health_check[0].type: unknown variant"));
     }
 }

@@ -1,7 +1,9 @@
 //! What serde reads: the file as written, before any check. [`document`] turns TOML text
-//! into these structs section by section (one bad entry does not hide the others); the
-//! structs mirror the schema with spans kept on every value a check may point at. Nothing
-//! here knows a rule of the SPEC.
+//! into these structs section by section (one bad entry does not hide the others),
+//! [`recover`] reports every problem of a table rather than serde's first, and [`syntax`]
+//! keeps a TOML syntax error from stopping the checks of the other tables. The structs
+//! mirror the schema with spans kept on every value a check may point at. Nothing here
+//! knows a rule of the SPEC.
 //!
 //! Numbers are read as `i64` (and durations as `f64`) so that range errors can be reported
 //! in the operator's terms rather than as a serde integer-overflow message.
@@ -9,6 +11,9 @@
 pub(in crate::config) mod dns;
 pub(in crate::config) mod document;
 pub(in crate::config) mod l7;
+pub(in crate::config) mod recover;
+pub(in crate::config) mod syntax;
+mod tree;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 

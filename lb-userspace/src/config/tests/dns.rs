@@ -73,9 +73,14 @@ fn s_gs_dns_vservice_errors_name_field_and_line() {
                 zone = \"bad..zone\"\npoll_period = 0.01\n\
                 [[dns_vservice.record]]\nname = \"www\"\npolicy = \"fastest\"\n";
     let errors = problems(text);
-    assert_eq!(errors.len(), 1, "{errors:?}");
+    // issue 19: the unreadable `policy` no longer hides the other problems.
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    assert!(errors[0].contains("d.toml:6:8: dns_vservice[0].port: 127.0.0.1:5300 is also the API"));
+    assert!(errors[1].contains("d.toml:7:8: dns_vservice[0].zone: `bad..zone` is not a domain"));
+    assert!(errors[2].contains("d.toml:8:15: dns_vservice[0].poll_period: 0.01 s is out of range"));
+    assert!(errors[3].contains("d.toml:9:1: dns_vservice[0].record[0].site: a record needs"));
     assert!(
-        errors[0]
+        errors[4]
             .contains("d.toml:11:10: dns_vservice[0].record[0].policy: unknown variant `fastest`"),
         "{errors:?}"
     );

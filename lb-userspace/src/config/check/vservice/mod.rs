@@ -22,6 +22,7 @@ use crate::config::check::names::Namespace;
 use crate::config::issues::Issues;
 use crate::config::model::{Forwarding, VService, VServiceKind};
 use crate::config::raw::document::Entry;
+use crate::config::raw::recover::is_placeholder;
 use crate::config::raw::{RawForwarding, RawVService, RawVServiceKind};
 use kinds::check_keys;
 use l7::l7_settings;
@@ -57,8 +58,10 @@ pub(in crate::config) fn vservices(
             continue;
         };
         network::check_backends(&vservice, entry, backends, issues);
-        listeners.extend(own);
-        if issues.error_count() == before {
+        // A listener whose address or port is a stand-in (unreadable, reported) would
+        // only give false conflicts.
+        listeners.extend(own.into_iter().filter(|l| !is_placeholder(&l.span)));
+        if issues.error_count() == before && !entry.partial {
             valid.push(vservice);
         }
     }
