@@ -133,8 +133,9 @@ pub fn bench_xdp() -> Result<()> {
     run_release_bin("bench-xdp")
 }
 
-/// The release `lb` binary, which the benches that run the daemon start.
-fn build_release_lb() -> Result<()> {
+/// The release `lb` binary, which the benches that run the daemon start and the Debian
+/// package ships.
+pub fn build_release_lb() -> Result<()> {
     run(cargo().args([
         "build",
         "--release",
