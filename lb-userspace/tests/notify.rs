@@ -37,11 +37,23 @@ impl Drop for Dir {
     }
 }
 
-/// The daemon, killed when dropped (a test that passed has already stopped it).
+/// The daemon; stopped when dropped (SIGTERM, so it removes its hand-over socket, then
+/// SIGKILL after 5 s). A test that passed has already seen it exit.
 struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
