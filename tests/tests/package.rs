@@ -249,7 +249,7 @@ fn check_unit() {
         "KillMode=mixed",
         "RuntimeDirectory=lb",
         "RuntimeDirectoryPreserve=yes",
-        "ReadWritePaths=/etc/lb /sys/fs/bpf",
+        "ReadWritePaths=/etc/lb -/sys/fs/bpf",
     ] {
         assert!(unit.lines().any(|l| l == line), "lb.service lacks {line}");
     }
