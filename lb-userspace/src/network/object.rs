@@ -16,8 +16,11 @@ pub const PACKAGED_OBJECT: &str = "/usr/lib/lb/lb-xdp";
 
 /// The path `cargo xtask build` writes in this repository.
 fn repo_object() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../lb-ebpf/target/bpfel-unknown-none/release")
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .parent()
+        .unwrap_or(crate_dir)
+        .join("lb-ebpf/target/bpfel-unknown-none/release")
         .join(OBJECT_NAME)
 }
 
