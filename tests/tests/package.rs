@@ -8,6 +8,7 @@
 //!   it to `lo` of a namespace made here (generic mode, own pin directory), then unloads;
 //! - the man pages render, the bash completion completes subcommands, and
 //!   `systemd-analyze verify` accepts the unit (starting it needs a running systemd);
+//! - an edit of /etc/lb/lb.toml survives installing the package again;
 //! - `dpkg --purge` removes everything (a guard purges also when an assertion fails).
 //!
 //! Runs as root and changes the machine's package set: it refuses to run when an `lb`
@@ -125,6 +126,15 @@ fn check_files() {
     );
     let depends = ok(Command::new("dpkg-query").args(["-W", "-f=${Depends}", "lb"]));
     assert!(depends.contains("libc6"), "Depends: {depends}");
+    // The systemd fragments: the unit is known to systemd after an install or upgrade, a
+    // running daemon restarts after an upgrade, a removal stops it.
+    let postinst = std::fs::read_to_string("/var/lib/dpkg/info/lb.postinst").unwrap_or_default();
+    assert!(
+        postinst.contains("daemon-reload") && postinst.contains("try-restart lb.service"),
+        "postinst:\n{postinst}"
+    );
+    let prerm = std::fs::read_to_string("/var/lib/dpkg/info/lb.prerm").unwrap_or_default();
+    assert!(prerm.contains("stop lb.service"), "prerm:\n{prerm}");
     let object = std::fs::read("/usr/lib/lb/lb-xdp").expect("the XDP object is readable");
     assert!(
         object.starts_with(b"\x7fELF"),
@@ -285,6 +295,15 @@ fn the_debian_package_installs_works_and_purges() {
     check_object_is_found();
     check_pages_and_completions();
     check_unit();
+    // An operator's edit of the conffile survives installing the package again.
+    let edited = std::fs::read_to_string("/etc/lb/lb.toml").expect("config") + "# edited\n";
+    std::fs::write("/etc/lb/lb.toml", &edited).expect("edit the config");
+    ok(Command::new("dpkg").arg("-i").arg(&deb));
+    assert_eq!(
+        std::fs::read_to_string("/etc/lb/lb.toml").expect("config"),
+        edited,
+        "reinstalling replaced the edited /etc/lb/lb.toml"
+    );
     ok(Command::new("dpkg").args(["--purge", "lb"]));
     std::mem::forget(guard);
     assert!(!installed(), "lb is still installed after dpkg --purge");
