@@ -34,6 +34,14 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // The health decisions the daemon saved at exit, named after its config path.
+        let flat = self
+            .0
+            .join("lb.toml")
+            .to_string_lossy()
+            .trim_matches('/')
+            .replace('/', "-");
+        let _ = std::fs::remove_file(format!("/run/lb/{flat}.states.json"));
     }
 }
 
