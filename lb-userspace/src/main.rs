@@ -106,6 +106,21 @@ enum Command {
     /// Commands that talk to a running daemon's REST API.
     #[command(flatten)]
     Api(lb::api::cli::ApiCommand),
+    /// Print the shell completion script for `lb` (bash, zsh, fish, elvish, powershell);
+    /// the Debian package installs them already.
+    #[command(hide = true)]
+    Completions {
+        /// Shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (lb.1, and lb-SUBCOMMAND.1 for each subcommand) into a
+    /// directory; the Debian package installs them already.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write the pages into (created when missing).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 fn main() {
@@ -159,6 +174,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Status(args) => lb::api::status::run(&args),
         Command::Api(cmd) => lb::api::cli::run(cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "lb", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => man_pages(&dir),
         Command::CheckConfig { file } => {
             let (cfg, warnings) =
                 config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -174,6 +195,17 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Writes one page per command from the clap definitions, so the pages say what `--help`
+/// says; the hidden commands (these generators) get none.
+fn man_pages(dir: &Path) -> Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
+    println!("manual pages written into {}", dir.display());
+    Ok(())
 }
 
 fn read_config(path: &Path) -> Result<Config> {

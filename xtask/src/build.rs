@@ -98,14 +98,19 @@ pub fn all() -> Result<()> {
     build_bins(false)
 }
 
-/// Setup, build, then every test of the workspace.
+/// Setup, build, the Debian package, then every test of the workspace (the `package` test
+/// installs the .deb, checks it and purges it).
 pub fn test(extra: &[String]) -> Result<()> {
     all()?;
+    let deb = crate::package::package()?;
+    // What the package test runs besides dpkg: `systemd-analyze verify` and `man -l`.
+    setup::ensure_packages(&["systemd", "man-db"])?;
     run(cargo()
         .args(["test", "--locked", "--workspace"])
         .args(extra)
         .env("LB_BIN", root().join("target/debug/lb"))
-        .env("LB_XDP_OBJECT", object()))
+        .env("LB_XDP_OBJECT", object())
+        .env("LB_DEB", deb))
 }
 
 /// Every property test (names with `fuzz`, `any_`, or parser properties) with `cases` cases
@@ -133,8 +138,9 @@ pub fn bench_xdp() -> Result<()> {
     run_release_bin("bench-xdp")
 }
 
-/// The release `lb` binary, which the benches that run the daemon start.
-fn build_release_lb() -> Result<()> {
+/// The release `lb` binary, which the benches that run the daemon start and the Debian
+/// package ships.
+pub fn build_release_lb() -> Result<()> {
     run(cargo().args([
         "build",
         "--release",

@@ -2,6 +2,7 @@
 //! newcomer on a fresh Debian 12 machine only ever types `cargo xtask <command>`.
 
 mod build;
+mod package;
 mod setup;
 mod sh;
 
@@ -82,6 +83,9 @@ enum Cmd {
     },
     /// Set up, build, and run the namespace demo (client, balancer, three backends).
     Demo,
+    /// Build the Debian package (target/debian/lb_VERSION_ARCH.deb): `lb`, the XDP object,
+    /// the systemd unit, /etc/lb/lb.toml, shell completions and man pages.
+    Package,
     /// The property tests of the parsers that face clients and operators (HTTP/1.1 heads
     /// and chunked bodies, DNS datagrams, the configuration, the API's JSON bodies) with
     /// many more cases than `cargo test` runs, in release mode.
@@ -156,6 +160,11 @@ fn run_cli(cli: Cli) -> Result<()> {
             other => anyhow::bail!("unknown benchmark {other}"),
         },
         Cmd::Demo => build::demo(),
+        Cmd::Package => {
+            let deb = package::package()?;
+            println!("{}", deb.display());
+            Ok(())
+        }
         Cmd::Fuzz { cases } => build::fuzz(cases),
     }
 }

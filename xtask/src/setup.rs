@@ -13,6 +13,9 @@ use crate::sh::{output, run};
 /// bpf-linker release known to work with aya 0.14 and LLVM 21-23.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+/// cargo-deb release `cargo xtask package` builds the Debian package with.
+const CARGO_DEB_VERSION: &str = "3.8.0";
+
 /// Debian packages the build, the tests and the demo need.
 const PACKAGES: &[&str] = &[
     // Compiler for the eBPF crate and its prebuilt `core` for bpfel-unknown-none.
@@ -143,6 +146,29 @@ fn is_bpffs(path: &str) -> bool {
 pub fn ensure_packages(pkgs: &[&str]) -> Result<()> {
     let mut updated = false;
     apt_install(pkgs, &mut updated)
+}
+
+/// Installs cargo-deb at the pinned version when it is missing or another version
+/// (about two minutes, once); `cargo xtask package` needs it.
+pub fn cargo_deb() -> Result<()> {
+    let wanted = format!("cargo-deb {CARGO_DEB_VERSION}");
+    let present = Command::new(cargo_bin().join("cargo-deb"))
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == wanted)
+        .unwrap_or(false);
+    if present {
+        return Ok(());
+    }
+    eprintln!("setup: cargo install cargo-deb {CARGO_DEB_VERSION}, about two minutes");
+    run(Command::new("cargo").args([
+        "install",
+        "cargo-deb",
+        "--version",
+        CARGO_DEB_VERSION,
+        "--locked",
+        "--force",
+    ]))
 }
 
 /// Installs what is missing; prints nothing when nothing is.

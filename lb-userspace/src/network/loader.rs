@@ -62,34 +62,6 @@ pub struct DataPath {
     pub(crate) written: bool,
 }
 
-/// Where the compiled XDP object is: `LB_XDP_OBJECT`, else next to the running binary
-/// (`lb-xdp`), else the path `cargo xtask build` writes in this repository.
-pub fn object_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("LB_XDP_OBJECT") {
-        return PathBuf::from(p);
-    }
-    if let Some(beside) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("lb-xdp")))
-        .filter(|p| p.exists())
-    {
-        return beside;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../lb-ebpf/target/bpfel-unknown-none/release/lb-xdp")
-}
-
-/// Reads the object file, with an error that tells how to build it.
-pub fn read_object() -> Result<Vec<u8>> {
-    let path = object_path();
-    fs::read(&path).with_context(|| {
-        format!(
-            "cannot read the XDP object {} (build it with `cargo xtask build`, or set LB_XDP_OBJECT)",
-            path.display()
-        )
-    })
-}
-
 fn prog_pin(dir: &Path) -> PathBuf {
     dir.join("prog")
 }

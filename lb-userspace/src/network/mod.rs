@@ -4,15 +4,15 @@ mod batch;
 mod loader;
 pub mod maglev;
 mod maps;
+mod object;
 mod plan;
 mod reflect;
 mod state;
 mod status;
 mod writer;
 
-pub use loader::{
-    DataPath, LoadOptions, attached_interfaces, detach, forget_state, object_path, read_object,
-};
+pub use loader::{DataPath, LoadOptions, attached_interfaces, detach, forget_state};
+pub use object::{PACKAGED_OBJECT, object_candidates, object_path, read_object};
 pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};
 pub(crate) use state::{run_file, write_atomically};

@@ -6,6 +6,7 @@
 //! other's way: the API reads the daemon, the daemon knows nothing of the API.
 
 mod handover;
+mod notify;
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -119,16 +120,27 @@ async fn serve(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     info!("running; SIGHUP reloads {}", daemon.config_path().display());
+    // The data path was attached before this function, the L7 and DNS listeners are bound
+    // by `start_with`, the API's listener above and served by its task.
+    notify::ready();
     let upgraded = loop {
         tokio::select! {
-            _ = hup.recv() => if let Err(e) = daemon.reload_from_file().await {
-                warn!("{e:#}");
-            },
+            _ = hup.recv() => {
+                notify::reloading();
+                match daemon.reload_from_file().await {
+                    Ok(_) => notify::reloaded(None),
+                    Err(e) => {
+                        warn!("{e:#}");
+                        notify::reloaded(Some(&format!("{e:#}")));
+                    }
+                }
+            }
             _ = term.recv() => break false,
             _ = int.recv() => break false,
             Some(()) = successor.recv() => break true,
         }
     };
+    notify::stopping();
     if let Some(task) = waiting {
         task.abort();
     }
