@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 mod cluster;
 mod error;
+mod live;
 mod metrics;
 mod read;
 mod sessions;
@@ -90,7 +91,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
         .route("/api/v1/profiles", get(read::profiles))
         .route("/api/v1/gslb", get(read::gslb))
         .route("/api/v1/reload", post(admin::reload_handler))
-        .route("/api/v1/stats/live", get(read::live))
+        .route("/api/v1/stats/live", get(live::live))
         .route("/api/v1/cluster", get(cluster::status))
         .route("/api/v1/cluster/sync", post(cluster::sync))
         .route("/api/v1/cluster/config", post(cluster::receive))

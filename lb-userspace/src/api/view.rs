@@ -1,12 +1,14 @@
 //! One consistent read of the running daemon (configuration, health, selections, counters)
 //! and the JSON views built from it, shared by the REST resources, Live Stats and metrics.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{ByName, Config, PortSpec, VService, VServiceKind};
+use crate::config::{
+    BackendService, ByName, Config, Forwarding, PortSpec, VService, VServiceKind,
+};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
 use crate::proxy::VsCounts;
@@ -172,43 +174,25 @@ impl Snapshot {
             "bytes_out": all.bytes_out, "unavailable": c.unavailable, "retries": c.retries,
             "retries_refused": c.retries_refused, "client_aborts": c.client_aborts,
             "server_timeouts": c.server_timeouts, "upstream_aborts": c.upstream_aborts,
-            "bad_requests": c.bad_requests,
+            "bad_requests": c.bad_requests, "failures": all.failures,
+            "responses": StatusClasses::from(all.classes),
         }))
     }
 
-    /// A Backend Service as Live Stats and `/backends` show it, or None if unknown.
-    pub(crate) fn backend(&self, name: &str) -> Option<BackendView> {
-        let svc = self.cfg.backend_services.iter().find(|s| s.name == name)?;
-        let rs = self.report.services.get(name);
-        let proxy: Option<BackendStats> = self.proxy.as_ref().and_then(|p| {
-            let mut found: Option<BackendStats> = None;
-            for b in p.values().filter_map(|vs| vs.backends.get(name)) {
-                found.get_or_insert_default().absorb(b);
-            }
-            found
-        });
-        let xdp: Option<[u64; 3]> = self.net.as_ref().and_then(|n| {
-            let mut found = None;
-            for b in n
-                .vips
-                .iter()
-                .flat_map(|v| &v.backends)
-                .filter(|b| b.name == name)
-            {
-                let acc = found.get_or_insert([0u64; 3]);
-                acc[0] += b.counters.packets;
-                acc[1] += b.counters.bytes;
-                acc[2] += b.counters.new_flows;
-            }
-            found
-        });
-        let used_in = used_in(&self.cfg, name);
-        let in_l7 = used_in.iter().any(|u| {
-            self.cfg
-                .vservices
-                .iter()
-                .any(|v| v.name == u.vservice && !v.kind.is_network())
-        });
+    /// Lookups for many Backend Services, built once per answer.
+    pub(crate) fn index(&self) -> BackendIndex<'_> {
+        BackendIndex::build(self)
+    }
+
+    /// A Backend Service as Live Stats and `/backends` show it, from `idx` (O(1) per call).
+    pub(crate) fn backend_in(&self, idx: &BackendIndex<'_>, name: &str) -> Option<BackendView> {
+        let svc = *idx.services.get(name)?;
+        let proxy = idx.proxy.get(name).cloned();
+        let xdp: Option<[u64; 3]> = idx.xdp.get(name).copied();
+        let used_in = idx.used_in.get(name).cloned().unwrap_or_default();
+        let in_l7 = used_in
+            .iter()
+            .any(|u| idx.l7_vservices.contains(u.vservice.as_str()));
         let proxy = proxy.or_else(|| (in_l7 && self.proxy.is_some()).then(BackendStats::default));
         let address6 = svc.address6.map(|a| a.to_string());
         let health6 = svc
@@ -222,7 +206,7 @@ impl Snapshot {
             port: svc.port,
             weight: svc.weight,
             health: self.health(name).to_string(),
-            checked: rs.is_some_and(|s| s.checked),
+            checked: self.report.services.get(name).is_some_and(|s| s.checked),
             maintenance: svc.maintenance,
             backup: svc.backup,
             server: self
@@ -238,6 +222,8 @@ impl Snapshot {
             bytes_out: proxy.as_ref().map(|p| p.bytes_out),
             retries: proxy.as_ref().map(|p| p.retries),
             redispatches: proxy.as_ref().map(|p| p.redispatches),
+            failures: proxy.as_ref().map(|p| p.failures),
+            responses: proxy.as_ref().map(|p| StatusClasses::from(p.classes)),
             packets: xdp.map(|x| x[0]),
             bytes: xdp.map(|x| x[1]),
             new_flows: xdp.map(|x| x[2]),
@@ -252,6 +238,10 @@ impl Snapshot {
             address: vs.address.to_string(),
             address6: vs.address6.map(|a| a.to_string()),
             ports: ports_text(vs.ports),
+            mode: vs.kind.is_network().then(|| match vs.forwarding {
+                Forwarding::Nat => "nat",
+                Forwarding::Dsr => "dsr",
+            }),
             lists: self.lists(vs),
             counters: self.counters(vs),
         }
@@ -268,6 +258,10 @@ pub(crate) struct VServiceView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address6: Option<String>,
     pub ports: String,
+    /// Network vServices: "nat" (replies pass back through the balancer) or "dsr" (they
+    /// bypass it, so there is nothing to count on the way out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
     pub lists: Vec<ListView>,
     pub counters: Option<serde_json::Value>,
 }
@@ -327,9 +321,121 @@ pub(crate) struct BackendView {
     pub retries: Option<u64>,
     /// L7: of those, the ones that went to another Backend Service.
     pub redispatches: Option<u64>,
+    /// L7: requests or connections that failed on it (refused, reset, timed out).
+    pub failures: Option<u64>,
+    /// HTTP: its answers by status class.
+    pub responses: Option<StatusClasses>,
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
     pub new_flows: Option<u64>,
+}
+
+/// HTTP answers by status class (the `code_class` of `lb_l7_responses_total`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub(crate) struct StatusClasses {
+    #[serde(rename = "1xx")]
+    pub c1xx: u64,
+    #[serde(rename = "2xx")]
+    pub c2xx: u64,
+    #[serde(rename = "3xx")]
+    pub c3xx: u64,
+    #[serde(rename = "4xx")]
+    pub c4xx: u64,
+    #[serde(rename = "5xx")]
+    pub c5xx: u64,
+}
+
+impl From<[u64; 5]> for StatusClasses {
+    fn from(c: [u64; 5]) -> Self {
+        StatusClasses {
+            c1xx: c[0],
+            c2xx: c[1],
+            c3xx: c[2],
+            c4xx: c[3],
+            c5xx: c[4],
+        }
+    }
+}
+
+/// Per Backend Service lookups built in one pass over the configuration and counters, so
+/// Live Stats with 10,000 Backend Services costs O(services + list entries) per poll rather
+/// than a scan of every list and counter per service.
+pub(crate) struct BackendIndex<'s> {
+    services: HashMap<&'s str, &'s BackendService>,
+    /// Proxy counters summed over the vServices each one serves.
+    proxy: HashMap<&'s str, BackendStats>,
+    /// XDP packets, bytes, new flows summed over the VIPs.
+    xdp: HashMap<&'s str, [u64; 3]>,
+    used_in: HashMap<&'s str, Vec<UsedIn>>,
+    l7_vservices: HashSet<&'s str>,
+}
+
+impl<'s> BackendIndex<'s> {
+    fn build(snap: &'s Snapshot) -> Self {
+        let cfg = &snap.cfg;
+        let services = cfg
+            .backend_services
+            .iter()
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        let mut proxy: HashMap<&str, BackendStats> = HashMap::new();
+        for (name, stats) in snap.proxy.iter().flat_map(|p| p.values()).flat_map(|vs| &vs.backends) {
+            proxy.entry(name.as_str()).or_default().absorb(stats);
+        }
+        let mut xdp: HashMap<&str, [u64; 3]> = HashMap::new();
+        for b in snap.net.iter().flat_map(|n| &n.vips).flat_map(|v| &v.backends) {
+            let acc = xdp.entry(b.name.as_str()).or_default();
+            acc[0] += b.counters.packets;
+            acc[1] += b.counters.bytes;
+            acc[2] += b.counters.new_flows;
+        }
+        let groups: HashMap<&str, &[String]> = cfg
+            .backend_groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.members.as_slice()))
+            .collect();
+        let mut used_in: HashMap<&str, Vec<UsedIn>> = HashMap::new();
+        let mut note = |list: &'s [String], vservice: &str, list_name: &str| {
+            for entry in list {
+                let members = groups
+                    .get(entry.as_str())
+                    .copied()
+                    .unwrap_or(std::slice::from_ref(entry));
+                for m in members {
+                    let seen = used_in.entry(m.as_str()).or_default();
+                    // A list naming a service twice (directly and through a group) counts once.
+                    let dup = seen
+                        .last()
+                        .is_some_and(|u| u.vservice == vservice && u.list == list_name);
+                    if !dup {
+                        seen.push(UsedIn {
+                            vservice: vservice.to_string(),
+                            list: list_name.to_string(),
+                        });
+                    }
+                }
+            }
+        };
+        for vs in &cfg.vservices {
+            note(&vs.backends, &vs.name, "default");
+            for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
+                note(&set.backends, &vs.name, &set.name);
+            }
+        }
+        let l7_vservices = cfg
+            .vservices
+            .iter()
+            .filter(|v| !v.kind.is_network())
+            .map(|v| v.name.as_str())
+            .collect();
+        BackendIndex {
+            services,
+            proxy,
+            xdp,
+            used_in,
+            l7_vservices,
+        }
+    }
 }
 
 /// The members of a list in order, groups expanded, each once, with its Backup role

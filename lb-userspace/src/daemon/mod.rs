@@ -112,6 +112,7 @@ impl Daemon {
             sites: g.status(),
             transitions: g.transitions(),
             counters: g.counters(),
+            names: g.names(),
         })
     }
 
@@ -235,6 +236,8 @@ pub struct GslbStatus {
     pub transitions: Vec<crate::gslb::SiteTransition>,
     /// Query counters per DNS vService.
     pub counters: Vec<crate::gslb::DnsCounters>,
+    /// What each name answers now, with its policy.
+    pub names: Vec<crate::gslb::NameNow>,
 }
 
 /// A started daemon: its handle and the tasks that keep it current.

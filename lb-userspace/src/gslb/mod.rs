@@ -8,8 +8,10 @@
 //! - `status`: statuses and their transition log.
 //! - `rate`: the per-source query limit.
 //! - `instance`: one running DNS vService and its reload.
+//! - `names`: what each name answers now, for the Live Stats page.
 
 mod instance;
+mod names;
 pub mod policy;
 pub mod poll;
 mod rate;
@@ -29,6 +31,7 @@ pub use instance::DnsSockets;
 use instance::Instance;
 use server::Shared;
 
+pub use names::{NameNow, policy_name};
 pub use rate::RateLimiter;
 pub use status::{SiteKey, SiteState, SiteStatus, SiteTransition};
 
@@ -206,6 +209,15 @@ impl Gslb {
                     rate_limited: get(&c.rate_limited),
                 }
             })
+            .collect()
+    }
+
+    /// What every name of every DNS vService answers now, in configuration order.
+    pub fn names(&self) -> Vec<NameNow> {
+        self.published
+            .load()
+            .iter()
+            .flat_map(|(_, shared)| names::names_now(shared))
             .collect()
     }
 
