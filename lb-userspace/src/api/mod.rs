@@ -57,6 +57,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
     let page = Router::new()
         .route("/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
+        .route("/ui/charts.js", get(ui::charts_js))
         .route("/ui/style.css", get(ui::style_css));
     let api = Router::new()
         .route("/metrics", get(metrics::metrics))
