@@ -1186,7 +1186,10 @@ vservice = "site"
     assert_eq!(site["counters"]["responses"]["4xx"], 1, "{site}");
     assert_eq!(site["counters"]["responses"]["5xx"], 0, "{site}");
     assert!(site["counters"]["failures"].is_u64(), "{site}");
-    assert!(site.get("mode").is_none(), "an L7 vService has no forwarding mode: {site}");
+    assert!(
+        site.get("mode").is_none(),
+        "an L7 vService has no forwarding mode: {site}"
+    );
     let web1 = find(&v, "backends", "web1");
     assert_eq!(web1["responses"]["2xx"], 3, "{web1}");
     assert_eq!(web1["responses"]["4xx"], 1, "{web1}");
@@ -1199,14 +1202,23 @@ vservice = "site"
     assert!(check["duration_ms"].as_f64().unwrap() > 0.0, "{web1}");
     assert!(!check["reason"].as_str().unwrap().is_empty(), "{web1}");
     let at = check["at_unix_ms"].as_u64().unwrap();
-    assert!(at <= now && now - at < 5_000, "last check {at} vs now {now}");
+    assert!(
+        at <= now && now - at < 5_000,
+        "last check {at} vs now {now}"
+    );
     assert_eq!(web1["health_check"], "tcp1");
     let since = web1["state_since_unix_ms"].as_u64().unwrap();
-    assert!(since <= now && now - since < 30_000, "since {since} vs now {now}");
+    assert!(
+        since <= now && now - since < 30_000,
+        "since {since} vs now {now}"
+    );
     let dead = find(&v, "backends", "dead");
     assert_eq!(dead["last_check"]["ok"], false, "{dead}");
     assert!(
-        dead["last_check"]["reason"].as_str().unwrap().contains("refused"),
+        dead["last_check"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
         "{dead}"
     );
 

@@ -458,7 +458,11 @@ impl Load {
             let mut next = start;
             let mut sent = 0u64;
             while !flag.load(Ordering::Relaxed) && sent < LOAD_MAX && start.elapsed() < LOAD_TIME {
-                let rate = if (start.elapsed().as_secs() / 4) % 2 == 0 { 25.0 } else { 80.0 };
+                let rate = if (start.elapsed().as_secs() / 4).is_multiple_of(2) {
+                    25.0
+                } else {
+                    80.0
+                };
                 next += Duration::from_secs_f64(1.0 / rate);
                 if let Some(wait) = next.checked_duration_since(Instant::now()) {
                     thread::sleep(wait);
@@ -599,7 +603,14 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
     let tcp_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let web_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let dns_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let text = config_text(api, token, &ports, web_vs.port(), tcp_vs.port(), dns_vs.port());
+    let text = config_text(
+        api,
+        token,
+        &ports,
+        web_vs.port(),
+        tcp_vs.port(),
+        dns_vs.port(),
+    );
     std::fs::write(&config, text)?;
     lb::config::load(&config).map_err(|e| anyhow::anyhow!("test config rejected: {e}"))?;
     assert_eq!(b1_maintenance_in_file(&config), Some(false));

@@ -7,14 +7,25 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::IntoResponse;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::ApiState;
-use super::view::{BackendView, Snapshot};
+use super::view::{BackendView, Snapshot, VServiceView};
 use crate::config::Config;
 use crate::daemon::GslbStatus;
 use crate::health::unix_ms_now;
+
+/// The payload, serialized straight to the answer (no intermediate JSON tree: 10,000
+/// Backend Services make megabytes of it each second).
+#[derive(Serialize)]
+struct Live {
+    generated_unix_ms: u64,
+    vservices: Vec<VServiceView>,
+    backends: Vec<LiveBackend>,
+    dns_vservices: Vec<Value>,
+}
 
 /// A Backend Service as Live Stats shows it: the `/backends` view plus its health details.
 #[derive(Serialize)]
@@ -44,13 +55,14 @@ struct LastCheck {
 }
 
 /// `GET /api/v1/stats/live`.
-pub(crate) async fn live(State(st): State<ApiState>) -> Json<Value> {
+pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
     let snap = Snapshot::take(&st.daemon);
+    let lists = snap.list_index();
     let vservices: Vec<_> = snap
         .cfg
         .vservices
         .iter()
-        .map(|v| snap.vservice(v))
+        .map(|v| snap.vservice_in(&lists, v))
         .collect();
     let idx = snap.index();
     let mut checks = st.daemon.engine().last_checks();
@@ -60,14 +72,12 @@ pub(crate) async fn live(State(st): State<ApiState>) -> Json<Value> {
         .iter()
         .filter_map(|s| {
             let view = snap.backend_in(&idx, &s.name)?;
-            let last_check = checks
-                .remove(&s.name)
-                .map(|(record, reason)| LastCheck {
-                    ok: record.ok,
-                    reason,
-                    duration_ms: record.duration.as_secs_f64() * 1000.0,
-                    at_unix_ms: record.at.unix_ms(),
-                });
+            let last_check = checks.remove(&s.name).map(|(record, reason)| LastCheck {
+                ok: record.ok,
+                reason,
+                duration_ms: record.duration.as_secs_f64() * 1000.0,
+                at_unix_ms: record.at.unix_ms(),
+            });
             let state_since_unix_ms = snap
                 .report
                 .services
@@ -86,12 +96,12 @@ pub(crate) async fn live(State(st): State<ApiState>) -> Json<Value> {
         Some(g) => dns_vservices(&snap.cfg, g),
         None => Vec::new(),
     };
-    Json(json!({
-        "generated_unix_ms": unix_ms_now(),
-        "vservices": vservices,
-        "backends": backends,
-        "dns_vservices": dns,
-    }))
+    Json(Live {
+        generated_unix_ms: unix_ms_now(),
+        vservices,
+        backends,
+        dns_vservices: dns,
+    })
 }
 
 /// Every DNS vService in configuration order: where it listens, its counters, and per name

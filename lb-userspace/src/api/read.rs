@@ -46,11 +46,12 @@ pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
 /// `GET /api/v1/vservices`.
 pub(crate) async fn vservices(State(st): State<ApiState>) -> Json<Value> {
     let snap = Snapshot::take(&st.daemon);
+    let lists = snap.list_index();
     let all: Vec<_> = snap
         .cfg
         .vservices
         .iter()
-        .map(|v| snap.vservice(v))
+        .map(|v| snap.vservice_in(&lists, v))
         .collect();
     Json(json!({ "vservices": all }))
 }

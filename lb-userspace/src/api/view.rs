@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{
-    BackendService, ByName, Config, Forwarding, PortSpec, VService, VServiceKind,
-};
+use crate::config::{BackendService, ByName, Config, Forwarding, PortSpec, VService, VServiceKind};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
 use crate::proxy::VsCounts;
@@ -66,14 +64,35 @@ impl Snapshot {
             .map_or("OK", |s| s.state.as_str())
     }
 
+    /// Lookups for the lists of many vServices, built once per answer.
+    pub(crate) fn list_index(&self) -> ListIndex<'_> {
+        let network = self.cfg.vservices.iter().any(|v| v.kind.is_network());
+        ListIndex {
+            names: ByName::new(&self.cfg),
+            model: network.then(|| Model::from_config(&self.cfg)),
+        }
+    }
+
     /// Selection of every list of `vs`: L7 lists as the proxy follows them, Network lists
     /// from the health the XDP maps follow (after the S-RF2 delays).
     pub(crate) fn lists(&self, vs: &VService) -> Vec<ListView> {
+        self.lists_in(&self.list_index(), vs)
+    }
+
+    /// [`Snapshot::lists`] from `idx` (no scan of every Backend Service per vService).
+    pub(crate) fn lists_in(&self, idx: &ListIndex<'_>, vs: &VService) -> Vec<ListView> {
         let mut out = Vec::new();
         let policy = Policy::for_vservice(vs);
+        let names = &idx.names;
         if vs.kind.is_network() {
-            let model = Model::from_config(&self.cfg);
-            let names = ByName::new(&self.cfg);
+            let built;
+            let model = match &idx.model {
+                Some(m) => m,
+                None => {
+                    built = Model::from_config(&self.cfg);
+                    &built
+                }
+            };
             // A dual-stack vService's IPv6 VIP follows its backends' IPv6 health: its own list.
             for vip in vs.vips() {
                 let health = |n: &str| {
@@ -93,21 +112,24 @@ impl Snapshot {
                 } else {
                     "default (IPv6)"
                 };
-                out.push(self.list_view(name, &vs.backends, Some(&sel), policy));
+                out.push(self.list_view(names, name, &vs.backends, Some(&sel), policy));
             }
             return out;
         }
         let lists = self.l7.lists.get(&vs.name);
-        out.push(self.list_view("default", &vs.backends, lists.map(|l| &l.default), policy));
+        let default = lists.map(|l| &l.default);
+        out.push(self.list_view(names, "default", &vs.backends, default, policy));
         for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
             let sel = lists.and_then(|l| l.sets.iter().find(|(n, _)| *n == set.name));
-            out.push(self.list_view(&set.name, &set.backends, sel.map(|(_, s)| s), Policy::FULL));
+            let sel = sel.map(|(_, s)| s);
+            out.push(self.list_view(names, &set.name, &set.backends, sel, Policy::FULL));
         }
         out
     }
 
     fn list_view(
         &self,
+        names: &ByName<'_>,
         name: &str,
         list: &[String],
         sel: Option<&ListSelection>,
@@ -119,7 +141,7 @@ impl Snapshot {
         let drained: HashSet<&str> = sel
             .map(|s| s.drained.iter().map(String::as_str).collect())
             .unwrap_or_default();
-        let members = expand(&self.cfg, list)
+        let members = expand(names, list)
             .into_iter()
             .map(|(member, backup)| {
                 let state = if eligible.contains(member.as_str()) {
@@ -232,17 +254,22 @@ impl Snapshot {
 
     /// A vService with its lists and counters.
     pub(crate) fn vservice(&self, vs: &VService) -> VServiceView {
+        self.vservice_in(&self.list_index(), vs)
+    }
+
+    /// [`Snapshot::vservice`] from `idx`, for answers that show every vService.
+    pub(crate) fn vservice_in(&self, idx: &ListIndex<'_>, vs: &VService) -> VServiceView {
         VServiceView {
             name: vs.name.clone(),
             kind: kind_name(vs.kind).to_string(),
             address: vs.address.to_string(),
             address6: vs.address6.map(|a| a.to_string()),
             ports: ports_text(vs.ports),
-            mode: vs.kind.is_network().then(|| match vs.forwarding {
+            mode: vs.kind.is_network().then_some(match vs.forwarding {
                 Forwarding::Nat => "nat",
                 Forwarding::Dsr => "dsr",
             }),
-            lists: self.lists(vs),
+            lists: self.lists_in(idx, vs),
             counters: self.counters(vs),
         }
     }
@@ -357,6 +384,14 @@ impl From<[u64; 5]> for StatusClasses {
     }
 }
 
+/// Name lookups and the selection model, built once for the lists of every vService of one
+/// answer (rebuilding them per vService costs services x vServices).
+pub(crate) struct ListIndex<'c> {
+    names: ByName<'c>,
+    /// Only when there are Network vServices (it copies every Backend Service).
+    model: Option<Model>,
+}
+
 /// Per Backend Service lookups built in one pass over the configuration and counters, so
 /// Live Stats with 10,000 Backend Services costs O(services + list entries) per poll rather
 /// than a scan of every list and counter per service.
@@ -379,11 +414,21 @@ impl<'s> BackendIndex<'s> {
             .map(|s| (s.name.as_str(), s))
             .collect();
         let mut proxy: HashMap<&str, BackendStats> = HashMap::new();
-        for (name, stats) in snap.proxy.iter().flat_map(|p| p.values()).flat_map(|vs| &vs.backends) {
+        for (name, stats) in snap
+            .proxy
+            .iter()
+            .flat_map(|p| p.values())
+            .flat_map(|vs| &vs.backends)
+        {
             proxy.entry(name.as_str()).or_default().absorb(stats);
         }
         let mut xdp: HashMap<&str, [u64; 3]> = HashMap::new();
-        for b in snap.net.iter().flat_map(|n| &n.vips).flat_map(|v| &v.backends) {
+        for b in snap
+            .net
+            .iter()
+            .flat_map(|n| &n.vips)
+            .flat_map(|v| &v.backends)
+        {
             let acc = xdp.entry(b.name.as_str()).or_default();
             acc[0] += b.counters.packets;
             acc[1] += b.counters.bytes;
@@ -440,8 +485,7 @@ impl<'s> BackendIndex<'s> {
 
 /// The members of a list in order, groups expanded, each once, with its Backup role
 /// (a group's flag decides for its members, as in the selection model).
-pub(crate) fn expand<'c>(cfg: &'c Config, list: &[String]) -> Vec<(String, bool)> {
-    let names = ByName::new(cfg);
+pub(crate) fn expand<'c>(names: &ByName<'c>, list: &[String]) -> Vec<(String, bool)> {
     let mut seen: HashSet<&'c str> = HashSet::new();
     let mut out: Vec<(String, bool)> = Vec::new();
     let mut push = |name: &'c str, backup: bool| {

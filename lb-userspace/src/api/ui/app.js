@@ -743,6 +743,9 @@
     const unit = l7 ? "/s" : xdp ? " pkt/s" : "";
     setText(c.rate, r && r.main !== null && r.main !== undefined ? `${fmtRate(r.main)}${unit}` : l7 || xdp ? "…" : "–");
     c.rate.dataset.rate = r?.main ?? "";
+    c.rate.title = r
+      ? `in ${fmtBytesRate(r.bytesIn)}, out ${fmtBytesRate(r.bytesOut)}${r.errors ? `, ${fmtRate(r.errors)} failed tries/s` : ""}`
+      : "";
     setText(c.total, fmtNum(b.total ?? b.new_flows));
     c.total.title = l7 ? "requests (HTTP) or connections (L7 TCP) served" : xdp ? `new flows; ${fmtNum(b.packets)} packets in` : "";
     setText(c.bytes_in, fmtBytes(b.bytes_in ?? b.bytes));
@@ -759,7 +762,8 @@
       cell.classList.toggle("hot", k === "5xx" && cls && http && Number(cls[k]) > 0);
     }
     const errs = b.failures;
-    setText(c.errors, errs === undefined || errs === null ? "–" : fmtCount(errs));
+    const errRate = r?.errors ? ` · ${fmtRate(r.errors)}/s` : "";
+    setText(c.errors, errs === undefined || errs === null ? "–" : `${fmtCount(errs)}${errRate}`);
     c.errors.classList.toggle("bad", Number(errs) > 0);
     c.errors.title = errs === undefined || errs === null ? "" : `${fmtNum(errs)} failed tries, ${fmtNum(b.retries)} retries, ${fmtNum(b.redispatches)} redispatched`;
     const used = (b.used_in || []).map(fmtUsedIn);
