@@ -1147,6 +1147,7 @@ address = "127.0.0.1"
 port = {dns_port}
 zone = "gslb.test"
 poll_period = 0.2
+poll_timeout = 3
 
 [[dns_vservice.record]]
 name = "www"
@@ -1261,5 +1262,24 @@ vservice = "site"
     // The same answer in /api/v1/gslb.
     let gslb = node.get("/api/v1/gslb").await.body;
     assert_eq!(gslb["names"][0]["a"], json!(["192.0.2.7"]), "{gslb}");
+
+    // A reload polls the sites before it returns, here this daemon's own API: the live
+    // payload must not wait for that reload (it would time the poll out, No Connection).
+    let before = live().await["generated_unix_ms"].as_u64().unwrap();
+    let started = Instant::now();
+    let on = node
+        .post("/api/v1/backends/real1/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(on.status, 200, "{}", on.body);
+    let took = started.elapsed();
+    let gslb = node.get("/api/v1/gslb").await.body;
+    let lost: Vec<&Value> = gslb["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["to"] == "No Connection" && t["at_unix_ms"].as_u64() > Some(before))
+        .collect();
+    assert!(lost.is_empty(), "the reload cut the site off: {lost:?}");
+    assert!(took < Duration::from_secs(3), "the reload took {took:?}");
     node.shutdown().await;
 }

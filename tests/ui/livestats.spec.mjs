@@ -191,6 +191,19 @@ async function checkRates(page, vs, data) {
   check(total > 0, `the summary shows ${total} requests/s under load`);
   log(`charts: sparkline ${sparkPoints} points, overview ${overviewPoints} points, summary ${total.toFixed(1)} req/s`);
 
+  // The page's own rate code: a counter that goes down (a daemon restart) gives 0, never a
+  // negative rate, and two polls a few ms apart do not divide by almost nothing.
+  const edge = await page.evaluate(() => {
+    const r = new window.LbCharts.Rates();
+    r.observe(1000, "x", 100);
+    const normal = r.observe(2000, "x", 150);
+    const close = r.observe(2004, "x", 190);
+    const reset = r.observe(3000, "x", 7);
+    const after = r.observe(4000, "x", 27);
+    return { normal, close, reset, after };
+  });
+  check(edge.normal === 50 && edge.close === 50 && edge.reset === 0 && edge.after === 20, `rates: ${JSON.stringify(edge)}`);
+
   const num = (t) => Number(String(t).replace(/[^0-9.]/g, ""));
   await until(`2xx answers of ${vs}`, async () => num(await byTestId(page, `class-${vs}-2xx`).textContent()) > 0);
   await until(`4xx answers of ${vs}`, async () => num(await byTestId(page, `class-${vs}-4xx`).textContent()) > 0);

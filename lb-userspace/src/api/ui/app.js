@@ -611,7 +611,7 @@
 
   // ----- Backend Services -----------------------------------------------------------------
 
-  const BACKEND_COLUMNS = 17;
+  const BACKEND_COLUMNS = 16;
   const CLASSES = ["2xx", "3xx", "4xx", "5xx"];
 
   function buildBackendRow(name) {
@@ -645,11 +645,11 @@
     });
     const toggle = el("button", { type: "button", class: "toggle", "data-testid": `maint-toggle-${name}` });
     toggle.addEventListener("click", () => toggleMaintenance(name, toggle));
+    cells.address = el("div", { class: "baddr mono" });
     const row = el(
       "tr",
       { "data-testid": `backend-row-${name}`, "data-name": name },
-      el("td", { class: "bname" }, link),
-      td("address", "mono"),
+      el("td", { class: "bname" }, link, cells.address),
       td("weight", "num"),
       td("health", "health"),
       td("check", "check"),

@@ -7,6 +7,8 @@
   const SVG = "http://www.w3.org/2000/svg";
   /** How much history a series keeps (and the charts show at most). */
   const WINDOW_MS = 5 * 60 * 1000;
+  /** Polls closer together than this do not make a rate (see `Rates.observe`). */
+  const MIN_DT_MS = 500;
   /** The shortest time span a chart shows (a page just opened has seconds of history). */
   const MIN_WINDOW_MS = 60 * 1000;
 
@@ -27,7 +29,7 @@
   /**
    * Per-second rates from successive polls. `observe(t, key, counter)` returns the rate
    * since the previous poll (null on the first one); a counter that went down (the daemon
-   * restarted) starts again from its new value instead of giving a negative rate.
+   * restarted) gives 0 and starts again from its new value instead of a negative rate.
    */
   class Rates {
     constructor() {
@@ -39,9 +41,15 @@
       if (value === undefined || value === null || !Number.isFinite(Number(value))) return null;
       const v = Number(value);
       const prev = this.last.get(key);
-      this.last.set(key, { t, v });
-      if (!prev || t <= prev.t) return null;
+      if (!prev || t < prev.t) {
+        this.last.set(key, { t, v, r: null });
+        return null;
+      }
+      // A poll right after another (the page refreshes at once after a toggle) would divide
+      // a few requests by a few milliseconds: keep the previous rate and baseline.
+      if (t - prev.t < MIN_DT_MS) return prev.r;
       const rate = v >= prev.v ? ((v - prev.v) * 1000) / (t - prev.t) : 0;
+      this.last.set(key, { t, v, r: rate });
       if (keepHistory) this.push(key, t, rate);
       return rate;
     }
@@ -50,6 +58,7 @@
     push(key, t, rate) {
       let ring = this.rings.get(key);
       if (!ring) this.rings.set(key, (ring = []));
+      if (ring.length && t - ring[ring.length - 1].t < MIN_DT_MS) return;
       ring.push({ t, r: rate });
       while (ring.length && ring[0].t < t - WINDOW_MS) ring.shift();
     }
