@@ -54,6 +54,10 @@
     if (node.textContent !== t) node.textContent = t;
   }
 
+  function setTitle(node, title) {
+    if (node.title !== title) node.title = title;
+  }
+
   /** Replaces a node's children only when their rendered text would change. */
   function setChildren(node, children) {
     const probe = el("div", {}, ...children);
@@ -62,9 +66,13 @@
 
   // ----- formatting -----------------------------------------------------------------------
 
+  // One formatter for every number: toLocaleString builds one per call, which 10,000
+  // backend rows a second make the page's main cost.
+  const NUMBER = new Intl.NumberFormat("en-US");
+
   function fmtNum(n) {
     if (n === undefined || n === null || Number.isNaN(Number(n))) return "–";
-    return Number(n).toLocaleString("en-US");
+    return NUMBER.format(Number(n));
   }
 
   function fmtBytes(n) {
@@ -104,7 +112,7 @@
     if (r === 0) return "0";
     if (r >= 1e6) return `${(r / 1e6).toFixed(r >= 1e7 ? 0 : 1)}M`;
     if (r >= 1e4) return `${(r / 1e3).toFixed(r >= 1e5 ? 0 : 1)}k`;
-    if (r >= 100) return Math.round(r).toLocaleString("en-US");
+    if (r >= 100) return NUMBER.format(Math.round(r));
     return r.toFixed(r >= 10 ? 1 : r >= 0.1 ? 2 : 3).replace(/\.?0+$/, "") || "0";
   }
 
@@ -121,7 +129,7 @@
     if (v >= 1e9) return `${(v / 1e9).toFixed(2)}G`;
     if (v >= 1e6) return `${(v / 1e6).toFixed(2)}M`;
     if (v >= 1e5) return `${(v / 1e3).toFixed(1)}k`;
-    return v.toLocaleString("en-US");
+    return NUMBER.format(v);
   }
 
   /** A duration as operators read it: "45s", "3m12s", "2h05m", "3d4h". */
@@ -542,9 +550,8 @@
     );
   }
 
-  function renderVService(vs, r) {
+  function listsTable(vs) {
     const name = vs.name;
-    const st = vsState(vs, state.backendsByName);
     const rows = (vs.lists || []).map((list) => {
       const members = (list.members || []).map((m) =>
         el(
@@ -576,37 +583,82 @@
       );
     });
     return el(
-      "div",
-      { class: `vs st-${st.cls}`, "data-testid": `vservice-${name}` },
-      el(
-        "div",
-        { class: "vs-head" },
-        el("span", { class: `badge ${st.cls}`, "data-testid": `vs-state-${name}`, title: st.title || null, text: st.label }),
-        el("span", { class: "name", text: name }),
-        el("span", { class: "kind", text: vs.kind || "?" }),
-        vs.mode ? el("span", { class: "kind", text: vs.mode }) : null,
-        el("span", { class: "addr", text: hostPort(vs.address, fmtPorts(vs.ports)) }),
-        vs.address6 ? el("span", { class: "addr", text: hostPort(vs.address6, fmtPorts(vs.ports)) }) : null,
-      ),
-      rateBlock(vs, r),
-      classItems(vs),
-      el("div", { class: "counters cgrid" }, ...counterItems(vs)),
-      el(
-        "table",
-        { class: "grid lists" },
-        el("thead", {}, el("tr", {}, el("th", { text: "List" }), el("th", { text: "Active tier" }), el("th", { text: "Members" }))),
-        el("tbody", {}, ...rows),
-      ),
+      "table",
+      { class: "grid lists" },
+      el("thead", {}, el("tr", {}, el("th", { text: "List" }), el("th", { text: "Active tier" }), el("th", { text: "Members" }))),
+      el("tbody", {}, ...rows),
     );
+  }
+
+  function vsHead(vs, st) {
+    return el(
+      "div",
+      { class: "vs-head" },
+      el("span", { class: `badge ${st.cls}`, "data-testid": `vs-state-${vs.name}`, title: st.title || null, text: st.label }),
+      el("span", { class: "name", text: vs.name }),
+      el("span", { class: "kind", text: vs.kind || "?" }),
+      vs.mode ? el("span", { class: "kind", text: vs.mode }) : null,
+      el("span", { class: "addr", text: hostPort(vs.address, fmtPorts(vs.ports)) }),
+      vs.address6 ? el("span", { class: "addr", text: hostPort(vs.address6, fmtPorts(vs.ports)) }) : null,
+    );
+  }
+
+  /** Cards by vService name; each part is rebuilt only when what it shows changed. */
+  const vsCards = new Map();
+
+  /** Rebuilds `slot` of `card` unless `key` is the one it was built from (undefined: always). */
+  function slotUpdate(card, slot, key, build) {
+    if (key !== undefined && card.keys[slot] === key) return;
+    card.keys[slot] = key;
+    const node = build();
+    card.slots[slot].replaceChildren(...(node ? [node] : []));
+  }
+
+  function renderVService(vs, r) {
+    let card = vsCards.get(vs.name);
+    if (!card) {
+      const slots = {};
+      for (const k of ["head", "rates", "classes", "counters", "lists"]) slots[k] = el("div", { class: "slot" });
+      const root = el("div", { "data-testid": `vservice-${vs.name}` }, ...Object.values(slots));
+      card = { root, slots, keys: {} };
+      vsCards.set(vs.name, card);
+    }
+    const st = vsState(vs, state.backendsByName);
+    const cls = `vs st-${st.cls}`;
+    if (card.root.className !== cls) card.root.className = cls;
+    const head = [st, vs.kind, vs.mode, vs.address, vs.address6, vs.ports];
+    slotUpdate(card, "head", JSON.stringify(head), () => vsHead(vs, st));
+    slotUpdate(card, "rates", undefined, () => rateBlock(vs, r));
+    slotUpdate(card, "classes", JSON.stringify([vs.kind, vs.counters?.responses]), () => classItems(vs));
+    slotUpdate(card, "counters", JSON.stringify([vs.counters, vs.mode]), () =>
+      el("div", { class: "counters cgrid" }, ...counterItems(vs)));
+    slotUpdate(card, "lists", JSON.stringify(vs.lists), () => listsTable(vs));
+    return card.root;
   }
 
   function renderVServices(list, r) {
     const box = $("vservices");
     if (!list || list.length === 0) {
+      vsCards.clear();
       setChildren(box, [el("p", { class: "empty", text: "No vServices configured." })]);
       return;
     }
-    setChildren(box, [el("div", { class: "vservices" }, ...list.map((v) => renderVService(v, r.vs.get(v.name))))]);
+    let grid = box.querySelector(":scope > .vservices");
+    if (!grid) {
+      grid = el("div", { class: "vservices" });
+      box.replaceChildren(grid);
+    }
+    const names = new Set(list.map((v) => v.name));
+    for (const [n, card] of vsCards) {
+      if (!names.has(n)) {
+        card.root.remove();
+        vsCards.delete(n);
+      }
+    }
+    list.forEach((v, i) => {
+      const node = renderVService(v, r.vs.get(v.name));
+      if (grid.children[i] !== node) grid.insertBefore(node, grid.children[i] || null);
+    });
   }
 
   // ----- Backend Services -----------------------------------------------------------------
@@ -646,6 +698,7 @@
     const toggle = el("button", { type: "button", class: "toggle", "data-testid": `maint-toggle-${name}` });
     toggle.addEventListener("click", () => toggleMaintenance(name, toggle));
     cells.address = el("div", { class: "baddr mono" });
+    cells.since = el("span", { class: "since", "data-testid": `since-${name}` });
     const row = el(
       "tr",
       { "data-testid": `backend-row-${name}`, "data-name": name },
@@ -677,8 +730,20 @@
     return modes.length > 0 && modes.every((m) => m === "dsr");
   }
 
+  /** A cell saying a value does not apply here (greyed, with why in its title). */
   function naCell(node, text, why) {
-    setChildren(node, [el("span", { class: "na", title: why, text })]);
+    if (node.dataset.na === text && node.firstElementChild) return;
+    node.dataset.na = text;
+    node.replaceChildren(el("span", { class: "na", title: why, text }));
+  }
+
+  /** A cell with a plain value (clears a previous "does not apply"). */
+  function valueCell(node, text) {
+    if (node.dataset.na) {
+      delete node.dataset.na;
+      node.replaceChildren();
+    }
+    setText(node, text);
   }
 
   function updateBackendRow(row, b, r) {
@@ -692,72 +757,82 @@
     );
     setText(c.weight, fmtNum(b.weight));
     const since = b.state_since_unix_ms ? state.now - Number(b.state_since_unix_ms) : null;
-    setChildren(c.health, [
-      el("span", {
-        class: `badge ${healthClass(b.health)}`,
-        "data-testid": `health-${name}`,
-        "data-health": b.health,
-        text: b.health || "?",
-      }),
-      el("span", {
-        class: "since",
-        "data-testid": `since-${name}`,
-        title: b.state_since_unix_ms ? `${b.health} since ${fmtDateTime(b.state_since_unix_ms)}` : "no transition recorded since the daemon started",
-        text: since === null ? "" : `for ${fmtDur(since)}`,
-      }),
-      b.checked === false ? el("span", { class: "role", text: " not checked" }) : null,
-      // A dual-stack service's IPv6 address is checked on its own.
-      b.health6
-        ? el("span", {
-            class: `badge ${healthClass(b.health6)}`,
-            "data-testid": `health6-${name}`,
-            title: "IPv6 address",
-            text: `IPv6 ${b.health6}`,
-          })
-        : null,
-      b.maintenance ? el("span", { class: "maint", "data-testid": `maint-${name}`, text: "Maintenance" }) : null,
-      b.backup ? el("span", { class: "backup-marker", "data-testid": `backup-${name}`, text: "Backup" }) : null,
-      // The server's own state (S-SF) only when it says more than the service's health.
-      b.server && b.server !== "OK"
-        ? el("span", { class: "server-note", "data-testid": `server-${name}`, title: "state of the server (all its services)", text: `server ${b.server}` })
-        : null,
-    ]);
-    const lc = b.last_check;
-    if (lc) {
-      setChildren(c.check, [
-        el("span", { class: `chk ${lc.ok ? "pass" : "fail"}`, text: lc.ok ? "passed" : "failed" }),
-        el("b", { class: "dur", text: fmtCheckDur(Number(lc.duration_ms)) }),
-        // The reason says what failed; a passed check's reason repeats its duration.
-        lc.ok ? null : el("span", { class: "why", text: lc.reason || "" }),
-      ]);
-      c.check.title = `profile ${b.health_check || "?"}, at ${fmtDateTime(lc.at_unix_ms)}: ${lc.reason || ""}`;
-      c.check.dataset.ok = lc.ok ? "true" : "false";
-    } else {
-      setChildren(c.check, [el("span", { class: "na", text: b.health_check ? "no check yet" : "no health check" })]);
-      c.check.title = b.health_check ? `profile ${b.health_check}` : "no health check profile: always OK";
+    // The badges are rebuilt only when they change; the time in state moves every second.
+    const healthKey = JSON.stringify([b.health, b.checked, b.health6, b.maintenance, b.backup, b.server]);
+    if (row._healthKey !== healthKey) {
+      row._healthKey = healthKey;
+      c.health.replaceChildren(...[
+        el("span", {
+          class: `badge ${healthClass(b.health)}`,
+          "data-testid": `health-${name}`,
+          "data-health": b.health,
+          text: b.health || "?",
+        }),
+        c.since,
+        b.checked === false ? el("span", { class: "role", text: " not checked" }) : null,
+        // A dual-stack service's IPv6 address is checked on its own.
+        b.health6
+          ? el("span", {
+              class: `badge ${healthClass(b.health6)}`,
+              "data-testid": `health6-${name}`,
+              title: "IPv6 address",
+              text: `IPv6 ${b.health6}`,
+            })
+          : null,
+        b.maintenance ? el("span", { class: "maint", "data-testid": `maint-${name}`, text: "Maintenance" }) : null,
+        b.backup ? el("span", { class: "backup-marker", "data-testid": `backup-${name}`, text: "Backup" }) : null,
+        // The server's own state (S-SF) only when it says more than the service's health.
+        b.server && b.server !== "OK"
+          ? el("span", { class: "server-note", "data-testid": `server-${name}`, title: "state of the server (all its services)", text: `server ${b.server}` })
+          : null,
+      ].filter(Boolean));
     }
+    setText(c.since, since === null ? "" : `for ${fmtDur(since)}`);
+    const sinceTitle = b.state_since_unix_ms ? `${b.health} since ${fmtDateTime(b.state_since_unix_ms)}` : "no transition recorded since the daemon started";
+    setTitle(c.since, sinceTitle);
+    const lc = b.last_check;
+    const checkKey = lc ? JSON.stringify([lc.ok, fmtCheckDur(Number(lc.duration_ms)), lc.reason]) : `none:${b.health_check}`;
+    if (row._checkKey !== checkKey) {
+      row._checkKey = checkKey;
+      if (lc) {
+        c.check.replaceChildren(...[
+          el("span", { class: `chk ${lc.ok ? "pass" : "fail"}`, text: lc.ok ? "passed" : "failed" }),
+          el("b", { class: "dur", text: fmtCheckDur(Number(lc.duration_ms)) }),
+          // The reason says what failed; a passed check's reason repeats its duration.
+          lc.ok ? null : el("span", { class: "why", text: lc.reason || "" }),
+        ].filter(Boolean));
+        c.check.dataset.ok = lc.ok ? "true" : "false";
+      } else {
+        c.check.replaceChildren(el("span", { class: "na", text: b.health_check ? "no check yet" : "no health check" }));
+      }
+    }
+    const checkTitle = lc
+      ? `profile ${b.health_check || "?"}, at ${fmtDateTime(lc.at_unix_ms)}: ${lc.reason || ""}`
+      : b.health_check ? `profile ${b.health_check}` : "no health check profile: always OK";
+    setTitle(c.check, checkTitle);
     // L7 backends report sessions and requests; Network backends what XDP counts.
-    if (l7) setText(c.current, fmtNum(b.current_sessions));
+    if (l7) valueCell(c.current, fmtNum(b.current_sessions));
     else if (xdp) naCell(c.current, "n/a", "XDP forwards packets without tracking open connections per backend");
-    else setText(c.current, "–");
+    else valueCell(c.current, "–");
     const unit = l7 ? "/s" : xdp ? " pkt/s" : "";
     setText(c.rate, r && r.main !== null && r.main !== undefined ? `${fmtRate(r.main)}${unit}` : l7 || xdp ? "…" : "–");
-    c.rate.dataset.rate = r?.main ?? "";
-    c.rate.title = r
+    const rateData = String(r?.main ?? "");
+    if (c.rate.dataset.rate !== rateData) c.rate.dataset.rate = rateData;
+    setTitle(c.rate, r
       ? `in ${fmtBytesRate(r.bytesIn)}, out ${fmtBytesRate(r.bytesOut)}${r.errors ? `, ${fmtRate(r.errors)} failed tries/s` : ""}`
-      : "";
+      : "");
     setText(c.total, fmtNum(b.total ?? b.new_flows));
-    c.total.title = l7 ? "requests (HTTP) or connections (L7 TCP) served" : xdp ? `new flows; ${fmtNum(b.packets)} packets in` : "";
+    setTitle(c.total, l7 ? "requests (HTTP) or connections (L7 TCP) served" : xdp ? `new flows; ${fmtNum(b.packets)} packets in` : "");
     setText(c.bytes_in, fmtBytes(b.bytes_in ?? b.bytes));
-    if (l7 || b.reply_bytes !== undefined) setText(c.bytes_out, fmtBytes(b.bytes_out ?? b.reply_bytes));
+    if (l7 || b.reply_bytes !== undefined) valueCell(c.bytes_out, fmtBytes(b.bytes_out ?? b.reply_bytes));
     else if (xdp && onlyDsr(b)) naCell(c.bytes_out, "DSR: bypass", "Direct server return: replies go from the server to the client, not through the balancer");
     else if (xdp) naCell(c.bytes_out, "n/a", "this data path does not count replies");
-    else setText(c.bytes_out, "–");
+    else valueCell(c.bytes_out, "–");
     const cls = b.responses;
     const http = (b.used_in || []).some((u) => state.vsByName.get(u.vservice)?.kind === "http");
     for (const k of CLASSES) {
       const cell = c[`c${k}`];
-      if (cls && http) setText(cell, fmtCount(cls[k] ?? 0));
+      if (cls && http) valueCell(cell, fmtCount(cls[k] ?? 0));
       else naCell(cell, "–", "answers by status class exist for HTTP vServices only");
       cell.classList.toggle("hot", k === "5xx" && cls && http && Number(cls[k]) > 0);
     }
@@ -765,7 +840,7 @@
     const errRate = r?.errors ? ` · ${fmtRate(r.errors)}/s` : "";
     setText(c.errors, errs === undefined || errs === null ? "–" : `${fmtCount(errs)}${errRate}`);
     c.errors.classList.toggle("bad", Number(errs) > 0);
-    c.errors.title = errs === undefined || errs === null ? "" : `${fmtNum(errs)} failed tries, ${fmtNum(b.retries)} retries, ${fmtNum(b.redispatches)} redispatched`;
+    setTitle(c.errors, errs === undefined || errs === null ? "" : `${fmtNum(errs)} failed tries, ${fmtNum(b.retries)} retries, ${fmtNum(b.redispatches)} redispatched`);
     const used = (b.used_in || []).map(fmtUsedIn);
     setText(c.used_in, used.length ? used.join(", ") : "–");
     row.classList.toggle("in-maint", !!b.maintenance);
