@@ -77,24 +77,14 @@ pub(crate) async fn vservice(
     Ok(Json(v))
 }
 
-/// True when `name` is a member of `vs`'s lists, directly or through a Backend Group.
-fn view_lists_have(snap: &Snapshot, vs: &crate::config::VService, name: &str) -> bool {
-    vs.backends.iter().any(|member| {
-        member == name
-            || snap
-                .cfg
-                .backend_groups
-                .iter()
-                .any(|g| &g.name == member && g.members.iter().any(|m| m == name))
-    })
-}
-
 fn backend_value(snap: &Snapshot, idx: &BackendIndex<'_>, name: &str) -> ApiResult<Value> {
     let view = snap
         .backend_in(idx, name)
         .ok_or_else(|| ApiError::not_found("Backend Service", name))?;
+    // What Network traffic follows exists only where a Network vService uses it.
+    let in_network = view.used_in.iter().any(|u| idx.is_network(&u.vservice));
     let mut v = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
-    if let Some(svc) = snap.cfg.backend_services.iter().find(|s| s.name == name) {
+    if let Some(svc) = idx.service(name) {
         v["health_check"] = json!(svc.health_check);
         v["max_connections"] = json!(svc.max_connections);
         v["groups"] = json!(
@@ -107,12 +97,6 @@ fn backend_value(snap: &Snapshot, idx: &BackendIndex<'_>, name: &str) -> ApiResu
         );
     }
     if let Some(r) = snap.report.services.get(name) {
-        // What Network traffic follows exists only where a Network vService uses it.
-        let in_network = snap
-            .cfg
-            .vservices
-            .iter()
-            .any(|vs| vs.kind.is_network() && view_lists_have(snap, vs, name));
         if in_network {
             v["network_health"] = json!(r.network);
         }

@@ -406,6 +406,16 @@ pub(crate) struct BackendIndex<'s> {
 }
 
 impl<'s> BackendIndex<'s> {
+    /// The Backend Service called `name`.
+    pub(crate) fn service(&self, name: &str) -> Option<&'s BackendService> {
+        self.services.get(name).copied()
+    }
+
+    /// True for a Network vService (`vservice` names one the configuration has).
+    pub(crate) fn is_network(&self, vservice: &str) -> bool {
+        !self.l7_vservices.contains(vservice)
+    }
+
     fn build(snap: &'s Snapshot) -> Self {
         let cfg = &snap.cfg;
         let services = cfg
