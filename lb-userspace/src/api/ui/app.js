@@ -1,7 +1,7 @@
 // Live Stats page of lb (S-OB1..3, issue 19). Vanilla JS, no build step, no external
 // resources. Polls GET /api/v1/stats/live every second and turns counter deltas into rates
 // (charts.js): a summary with an overview chart, the vServices (rates with a sparkline of
-// the last 5 minutes, status classes, errors, lists and their active tier), the Backend
+// the last minutes (up to 5), status classes, errors, lists and their active tier), the Backend
 // Services (health and time in it, last check, counters and rates, Maintenance/Backup
 // markers, "used in"), the DNS vServices (what each name answers now, its policy,
 // counters); toggles Maintenance through the API, and shows a backend's health check
