@@ -190,9 +190,20 @@ async fn start_node(tag: &str, api_port: u16, cluster: &str) -> Node {
         ports.push(p);
         tasks.push(t);
     }
+    start_with(tag, api_port, config(api_port, &ports, cluster), tasks).await
+}
+
+/// Starts a daemon on configuration `text` with its API on `api_port`; `tasks` (the
+/// backends) live as long as the node.
+async fn start_with(
+    tag: &str,
+    api_port: u16,
+    text: String,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> Node {
     let dir = tmpdir(tag);
     let path = dir.join("lb.toml");
-    std::fs::write(&path, config(api_port, &ports, cluster)).unwrap();
+    std::fs::write(&path, text).unwrap();
     let cfg = lb::config::load(&path).expect("test config is valid");
     let running = lb::daemon::start(None, cfg, path.clone())
         .await
@@ -392,6 +403,7 @@ async fn s_ob_read_endpoints() {
     for (path, needle) in [
         ("/", "<html"),
         ("/ui/app.js", "function"),
+        ("/ui/charts.js", "polyline"),
         ("/ui/style.css", "{"),
     ] {
         let a = node.get(path).await;
@@ -1324,4 +1336,252 @@ fn any_body_gets_an_answer_and_the_daemon_serves_on() {
     rt.block_on(node.shutdown());
     result.expect("every body answered with 2xx or 4xx");
     assert_eq!(status.status, 200);
+}
+
+/// A backend answering each HTTP request with 200, or 404 for `/missing`; closes other
+/// connections (tcp health checks) at once.
+async fn http_backend() -> (u16, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let status = if head.starts_with(b"GET /missing ") {
+                    "404 Not Found"
+                } else {
+                    "200 OK"
+                };
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nok");
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, task)
+}
+
+/// One GET through a vService on loopback; the status code.
+async fn http_status(port: u16, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 19: `/api/v1/stats/live` carries what the Live Stats page shows beyond counts:
+/// per vService and backend HTTP status classes and failures, per backend the last check
+/// (result, reason, duration, time), the time of the last transition and the profile, the
+/// forwarding mode of a Network vService, and per DNS vService what each name answers now
+/// (decided by the server's own code), its policy and query counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_stats_has_classes_checks_modes_and_dns_answers() {
+    let (web_port, web_task) = http_backend().await;
+    let api_port = free_port();
+    let (vs_port, dns_port, dead_port) = (free_port(), free_port(), free_port());
+    let text = format!(
+        r#"[api]
+listen = "127.0.0.1:{api_port}"
+token = "{TOKEN}"
+
+[reflection]
+l7_delay = 0.1
+
+[[health_check]]
+name = "tcp1"
+type = "tcp"
+period = 0.5
+timeout = 1
+required_successes = 1
+required_failures = 1
+
+[[backend_service]]
+name = "web1"
+address = "127.0.0.1"
+port = {web_port}
+health_check = "tcp1"
+
+[[backend_service]]
+name = "dead"
+address = "127.0.0.1"
+port = {dead_port}
+health_check = "tcp1"
+
+[[vservice]]
+name = "site"
+kind = "http"
+address = "127.0.0.1"
+port = {vs_port}
+backends = ["web1", "dead"]
+
+[[backend_service]]
+name = "real1"
+address = "127.0.0.3"
+port = 0
+
+[[vservice]]
+name = "direct"
+kind = "tcp-l4"
+address = "10.99.0.9"
+port = 80
+forwarding = "dsr"
+backends = ["real1"]
+
+[[dns_vservice]]
+name = "g"
+address = "127.0.0.1"
+port = {dns_port}
+zone = "gslb.test"
+poll_period = 0.2
+poll_timeout = 3
+
+[[dns_vservice.record]]
+name = "www"
+policy = "weighted"
+
+[[dns_vservice.record.site]]
+name = "here"
+address = "192.0.2.7"
+api = "http://127.0.0.1:{api_port}"
+token = "{TOKEN}"
+vservice = "site"
+"#
+    );
+    let node = start_with("live", api_port, text, vec![web_task]).await;
+    let live = || async { node.get("/api/v1/stats/live").await.body };
+    wait_until("web1 OK and dead Error", || async {
+        let v = live().await;
+        find(&v, "backends", "web1")["health"] == "OK"
+            && find(&v, "backends", "dead")["health"] == "Error"
+    })
+    .await;
+    wait_until("site on its mains", || async {
+        tier(&node, "site", "default").await == "mains"
+    })
+    .await;
+
+    // HTTP status classes, per vService and per backend.
+    let mut got = Vec::new();
+    for path in ["/", "/", "/", "/missing"] {
+        got.push(http_status(vs_port, path).await);
+    }
+    assert_eq!(got, [200, 200, 200, 404]);
+    let v = live().await;
+    let site = find(&v, "vservices", "site");
+    assert_eq!(site["counters"]["requests"], 4, "{site}");
+    assert_eq!(site["counters"]["responses"]["2xx"], 3, "{site}");
+    assert_eq!(site["counters"]["responses"]["4xx"], 1, "{site}");
+    assert_eq!(site["counters"]["responses"]["5xx"], 0, "{site}");
+    assert!(site["counters"]["failures"].is_u64(), "{site}");
+    assert!(
+        site.get("mode").is_none(),
+        "an L7 vService has no forwarding mode: {site}"
+    );
+    let web1 = find(&v, "backends", "web1");
+    assert_eq!(web1["responses"]["2xx"], 3, "{web1}");
+    assert_eq!(web1["responses"]["4xx"], 1, "{web1}");
+    assert_eq!(web1["failures"], 0, "{web1}");
+
+    // The last check, the time in state and the profile.
+    let now = v["generated_unix_ms"].as_u64().unwrap();
+    let check = &web1["last_check"];
+    assert_eq!(check["ok"], true, "{web1}");
+    assert!(check["duration_ms"].as_f64().unwrap() > 0.0, "{web1}");
+    assert!(!check["reason"].as_str().unwrap().is_empty(), "{web1}");
+    let at = check["at_unix_ms"].as_u64().unwrap();
+    assert!(
+        at <= now && now - at < 5_000,
+        "last check {at} vs now {now}"
+    );
+    assert_eq!(web1["health_check"], "tcp1");
+    let since = web1["state_since_unix_ms"].as_u64().unwrap();
+    assert!(
+        since <= now && now - since < 30_000,
+        "since {since} vs now {now}"
+    );
+    let dead = find(&v, "backends", "dead");
+    assert_eq!(dead["last_check"]["ok"], false, "{dead}");
+    assert!(
+        dead["last_check"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{dead}"
+    );
+
+    // A DSR Network vService says so (its replies bypass the balancer).
+    let direct = find(&v, "vservices", "direct");
+    assert_eq!(direct["mode"], "dsr", "{direct}");
+
+    // The DNS vService: what `www` answers now, its policy and counters.
+    wait_until("www answers 192.0.2.7", || async {
+        let v = live().await;
+        v["dns_vservices"][0]["names"][0]["a"] == json!(["192.0.2.7"])
+    })
+    .await;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let query = [
+        0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'w', b'w', b'w', 4, b'g', b's', b'l', b'b',
+        4, b't', b'e', b's', b't', 0, 0, 1, 0, 1,
+    ];
+    sock.send_to(&query, ("127.0.0.1", dns_port)).await.unwrap();
+    let mut buf = [0u8; 512];
+    tokio::time::timeout(Duration::from_secs(2), sock.recv_from(&mut buf))
+        .await
+        .expect("the DNS vService answers")
+        .unwrap();
+    let v = live().await;
+    let g = &v["dns_vservices"][0];
+    assert_eq!(g["name"], "g", "{g}");
+    assert_eq!(g["zone"], "gslb.test.", "{g}");
+    assert_eq!(g["port"], dns_port, "{g}");
+    assert_eq!(g["counters"]["queries"], 1, "{g}");
+    assert_eq!(g["counters"]["answered"], 1, "{g}");
+    assert_eq!(g["counters"]["formerr"], 0, "{g}");
+    let www = &g["names"][0];
+    assert_eq!(www["name"], "www.gslb.test.", "{www}");
+    assert_eq!(www["policy"], "weighted", "{www}");
+    assert_eq!(www["unreachable"], "skip", "{www}");
+    assert_eq!(www["aaaa"], json!([]), "{www}");
+    assert_eq!(www["sites"][0]["site"], "here", "{www}");
+    assert_eq!(www["sites"][0]["state"], "OK", "{www}");
+    // The same answer in /api/v1/gslb.
+    let gslb = node.get("/api/v1/gslb").await.body;
+    assert_eq!(gslb["names"][0]["a"], json!(["192.0.2.7"]), "{gslb}");
+
+    // A reload polls the sites before it returns, here this daemon's own API: the live
+    // payload must not wait for that reload (it would time the poll out, No Connection).
+    let before = live().await["generated_unix_ms"].as_u64().unwrap();
+    let started = Instant::now();
+    let on = node
+        .post("/api/v1/backends/real1/maintenance", json!({"on": true}))
+        .await;
+    assert_eq!(on.status, 200, "{}", on.body);
+    let took = started.elapsed();
+    let gslb = node.get("/api/v1/gslb").await.body;
+    let lost: Vec<&Value> = gslb["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["to"] == "No Connection" && t["at_unix_ms"].as_u64() > Some(before))
+        .collect();
+    assert!(lost.is_empty(), "the reload cut the site off: {lost:?}");
+    assert!(took < Duration::from_secs(3), "the reload took {took:?}");
+    node.shutdown().await;
 }

@@ -7,6 +7,11 @@
 //! into Maintenance moves to the backup), and plot check durations. Meanwhile this test
 //! watches the configuration file: Maintenance must be written to it (S-MT8) and removed again.
 //!
+//! Issue 19: while the page is open, a thread sends paced HTTP load through the `web`
+//! vService (bounded in count and time, loopback only); the page must show its requests/s
+//! moving, sparkline and overview charts with points, 2xx counts, each backend's last check,
+//! its duration and time in state, and what the DNS vService's name answers now.
+//!
 //! Needs the `lb` binary (env `LB_BIN`, else `<repo>/target/debug/lb`: run
 //! `cargo build -p lb-userspace` first), node, and Debian's chromium (installed with apt-get
 //! when missing; the node packages with `npm ci` when missing).
@@ -32,6 +37,8 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 const TRAFFIC: usize = 3;
 /// A comment in the configuration that the API's write-back must keep.
 const MARKER_COMMENT: &str = "# Live Stats e2e: this comment must survive write-back";
+/// The address the DNS vService's one site hands out.
+const DNS_SITE: &str = "192.0.2.10";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -127,7 +134,9 @@ fn lb_binary() -> Result<PathBuf> {
 
 // ----- backends and daemon ----------------------------------------------------------------
 
-/// A plain TCP server on 127.0.0.1 that accepts and closes connections (health checks pass).
+/// A server on 127.0.0.1 that answers one HTTP request per connection (200, or 404 for
+/// `/missing` and 500 for `/fail`, so the page has status classes to show) and closes
+/// anything else at once (TCP health checks and the L7 TCP vService's connections).
 struct Backend {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -144,8 +153,10 @@ impl Backend {
         let thread = thread::spawn(move || {
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((conn, _)) => drop(conn),
-                    Err(_) => thread::sleep(Duration::from_millis(20)),
+                    Ok((conn, _)) => {
+                        thread::spawn(move || answer_http(conn));
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
@@ -155,6 +166,37 @@ impl Backend {
             thread: Some(thread),
         })
     }
+}
+
+/// Reads one request head and answers it; closes at once what does not look like HTTP.
+fn answer_http(mut conn: TcpStream) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if !head.starts_with(b"GET ") || head.len() > 16 * 1024 {
+            return;
+        }
+        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let status = if head.starts_with(b"GET /missing ") {
+        "404 Not Found"
+    } else if head.starts_with(b"GET /fail ") {
+        "500 Internal Server Error"
+    } else {
+        "200 OK"
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n"
+    );
 }
 
 impl Drop for Backend {
@@ -209,6 +251,7 @@ fn config_text(
     ports: &[u16; 4],
     web: u16,
     tcp: u16,
+    dns: u16,
 ) -> String {
     let token = token
         .map(|t| format!("token = \"{t}\"\n"))
@@ -272,6 +315,24 @@ kind = "l7-tcp"
 address = "127.0.0.1"
 port = {tcp}
 backends = ["b1", "b3"]
+
+# A DNS vService whose one site is this daemon's own `web` vService.
+[[dns_vservice]]
+name = "g"
+address = "127.0.0.1"
+port = {dns}
+zone = "gslb.test"
+poll_period = 0.5
+
+[[dns_vservice.record]]
+name = "www"
+
+[[dns_vservice.record.site]]
+name = "here"
+address = "{DNS_SITE}"
+api = "http://{api}"
+vservice = "web"
+{token}
 "#,
         p1 = ports[0],
         p2 = ports[1],
@@ -374,6 +435,103 @@ fn send_traffic(vs: SocketAddr, count: usize) -> Result<()> {
     Ok(())
 }
 
+/// HTTP load through the `web` vService while the page is open, from a thread: paced at
+/// 25 requests/s and 80 requests/s in turns of 4 s (so the page's rate moves), one request
+/// in 10 to `/missing` (404) and one in 25 to `/fail` (500); loopback only, at most
+/// `LOAD_MAX` requests and `LOAD_TIME`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<u64>>,
+}
+
+/// Most requests the load sends.
+const LOAD_MAX: u64 = 20_000;
+/// Longest time the load runs.
+const LOAD_TIME: Duration = Duration::from_secs(150);
+
+impl Load {
+    fn start(vs: SocketAddr) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let start = Instant::now();
+            let mut next = start;
+            let mut sent = 0u64;
+            while !flag.load(Ordering::Relaxed) && sent < LOAD_MAX && start.elapsed() < LOAD_TIME {
+                let rate = if (start.elapsed().as_secs() / 4).is_multiple_of(2) {
+                    25.0
+                } else {
+                    80.0
+                };
+                next += Duration::from_secs_f64(1.0 / rate);
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    thread::sleep(wait);
+                }
+                let path = match sent {
+                    n if n % 25 == 24 => "/fail",
+                    n if n % 10 == 9 => "/missing",
+                    _ => "/",
+                };
+                sent += 1;
+                let Ok(mut s) = TcpStream::connect_timeout(&vs, Duration::from_secs(1)) else {
+                    continue;
+                };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = write!(
+                    s,
+                    "GET {path} HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n"
+                );
+                let mut sink = Vec::new();
+                let _ = s.read_to_end(&mut sink);
+            }
+            sent
+        });
+        Load {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the load and returns how many requests it sent.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends `count` A queries for `name` to the DNS vService on `addr` (UDP, loopback) and
+/// returns how many were answered, so its query counters are not all zero.
+fn dns_queries(addr: SocketAddr, name: &str, count: u16) -> Result<u16> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    sock.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut answered = 0;
+    for id in 0..count {
+        let mut q = Vec::new();
+        q.extend_from_slice(&id.to_be_bytes());
+        q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+        for label in name.trim_end_matches('.').split('.') {
+            q.push(u8::try_from(label.len())?);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        sock.send_to(&q, addr)?;
+        let mut buf = [0u8; 512];
+        if sock.recv_from(&mut buf).is_ok() {
+            answered += 1;
+        }
+    }
+    Ok(answered)
+}
+
 /// b1's maintenance flag as the configuration file says, through the library's parser.
 fn b1_maintenance_in_file(path: &Path) -> Option<bool> {
     let cfg = lb::config::load(path).ok()?;
@@ -396,6 +554,8 @@ fn run_spec(
         .arg(url)
         .args(["--backend", "b1", "--expect", "b1=OK,b2=OK,b3=OK,b4=Error"])
         .args(["--traffic", &TRAFFIC.to_string()])
+        .args(["--load", "web", "--settle", "20"])
+        .args(["--dns", &format!("g/www.gslb.test.={DNS_SITE}")])
         .arg("--screenshot")
         .arg(screenshot)
         .env_remove("LB_TOKEN");
@@ -441,7 +601,16 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("lb.toml");
     let tcp_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let text = config_text(api, token, &ports, free_port()?, tcp_vs.port());
+    let web_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let dns_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let text = config_text(
+        api,
+        token,
+        &ports,
+        web_vs.port(),
+        tcp_vs.port(),
+        dns_vs.port(),
+    );
     std::fs::write(&config, text)?;
     lb::config::load(&config).map_err(|e| anyhow::anyhow!("test config rejected: {e}"))?;
     assert_eq!(b1_maintenance_in_file(&config), Some(false));
@@ -461,10 +630,17 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
 
     wait_for_tier(api, token, "tcp", "mains")?;
     send_traffic(tcp_vs, TRAFFIC)?;
+    wait_for_tier(api, token, "web", "mains")?;
+    let load = Load::start(web_vs);
+    let answered = dns_queries(dns_vs, "www.gslb.test.", 5)?;
+    eprintln!("e2e_ui: {answered} of 5 DNS queries answered");
 
     let screenshot = root.join(format!("target/ui-livestats{name}.png"));
     let url = format!("http://{api}/");
-    let (status, seen_on) = run_spec(&root, &url, token, &config, &screenshot)?;
+    let spec = run_spec(&root, &url, token, &config, &screenshot);
+    let sent = load.finish();
+    eprintln!("e2e_ui: {sent} HTTP requests sent through the web vService during the spec");
+    let (status, seen_on) = spec?;
     if !status.success() {
         bail!(
             "livestats.spec.mjs failed ({status}); daemon log:\n{}",

@@ -2,7 +2,13 @@
 //
 // Usage: node livestats.spec.mjs URL [--backend NAME] [--expect NAME=HEALTH,...]
 //                                    [--traffic N] [--screenshot FILE]
-// (--traffic N: the backends' totals must add up to at least N connections/requests.)
+//                                    [--load VSERVICE] [--dns DNS/NAME=ADDRESS] [--settle S]
+// (--traffic N: the backends' totals must add up to at least N connections/requests.
+//  --load VS: HTTP load runs through VS meanwhile: its requests/s must rise above 0 and
+//  move, its sparkline and the overview chart must have points, 2xx answers must show,
+//  and every checked backend its last check, duration and time in state (issue 19).
+//  --dns: the DNS vService's name must show ADDRESS as its current answer.
+//  --settle S: seconds the page stays open under load before the screenshot.)
 // URL is the page served by a running `lb` daemon (e.g. http://127.0.0.1:9180/). The test
 // loads it, waits for the backend rows, checks every health badge against the API (and the
 // --expect list), simulates an API outage to check the error banner, toggles Maintenance of
@@ -22,12 +28,28 @@ const CHROMIUM = process.env.CHROMIUM_BIN || "/usr/bin/chromium";
 const HERE = dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const out = { url: null, backend: null, expect: {}, traffic: 0, screenshot: resolve(HERE, "../../target/ui-livestats.png") };
+  const out = {
+    url: null,
+    backend: null,
+    expect: {},
+    traffic: 0,
+    load: null,
+    dns: null,
+    settle: 0,
+    screenshot: resolve(HERE, "../../target/ui-livestats.png"),
+  };
   for (let i = 0; i < argv.length; i += 1) {
     const a = argv[i];
     if (a === "--backend") out.backend = argv[++i];
     else if (a === "--traffic") out.traffic = Number(argv[++i]);
     else if (a === "--screenshot") out.screenshot = resolve(argv[++i]);
+    else if (a === "--load") out.load = argv[++i];
+    else if (a === "--settle") out.settle = Number(argv[++i]);
+    else if (a === "--dns") {
+      const m = /^([^/]+)\/([^=]+)=(.+)$/.exec(argv[++i] || "");
+      if (!m) throw new Error("--dns wants DNS/NAME=ADDRESS");
+      out.dns = { vs: m[1], name: m[2], address: m[3] };
+    }
     else if (a === "--expect") {
       for (const pair of (argv[++i] || "").split(",").filter(Boolean)) {
         const [name, health] = pair.split("=");
@@ -98,7 +120,7 @@ function pickBackend(data, wanted) {
   return (sole || healthy[0]).name;
 }
 
-async function checkHealthBadges(page, expect, expectTraffic) {
+async function checkHealthBadges(page, expect, expectTraffic, lag) {
   const data = await live(page);
   check((data.backends || []).length > 0, "the API reports no Backend Services");
   for (const [name, health] of Object.entries(expect)) {
@@ -119,11 +141,97 @@ async function checkHealthBadges(page, expect, expectTraffic) {
     const total = (await byTestId(page, `total-${b.name}`).textContent()).trim();
     const want_total = b.total ?? b.new_flows;
     const shown = want_total === null || want_total === undefined ? "–" : Number(want_total).toLocaleString("en-US");
-    check(total === shown, `total of ${b.name}: page ${total}, API ${shown}`);
+    if (lag > 0 && shown !== "–" && total !== "–") {
+      // Under load the page shows the poll before this fetch: a little behind, never ahead.
+      const behind = Number(want_total) - Number(total.replace(/,/g, ""));
+      check(behind >= 0 && behind <= lag, `total of ${b.name}: page ${total}, API ${shown}`);
+    } else {
+      check(total === shown, `total of ${b.name}: page ${total}, API ${shown}`);
+    }
   }
   const sum = data.backends.reduce((acc, b) => acc + Number(b.total ?? 0), 0);
   check(sum >= expectTraffic, `backends total ${sum}, expected at least ${expectTraffic}`);
   return data;
+}
+
+/** Points of the first polyline in an SVG (or of the polyline itself). */
+function polylinePoints(locator) {
+  return locator.evaluate((node) => {
+    const line = node.tagName.toLowerCase() === "polyline" ? node : node.querySelector("polyline");
+    const pts = line ? (line.getAttribute("points") || "").trim() : "";
+    return pts ? pts.split(/\s+/).length : 0;
+  });
+}
+
+/**
+ * Issue 19 under load: the vService's requests/s rises above 0 and moves, its sparkline and
+ * the overview chart have points, 2xx answers show, and each checked backend shows its last
+ * check (result and duration) and the time in its state.
+ */
+async function checkRates(page, vs, data) {
+  const rate = async () => Number((await byTestId(page, `rate-${vs}`).getAttribute("data-rate")) || 0);
+  const seen = [];
+  await until(`requests/s of ${vs} above 0 and moving`, async () => {
+    const r = await rate();
+    if (r > 0 && seen[seen.length - 1] !== r) seen.push(r);
+    return seen.length >= 3 && new Set(seen.map((x) => x.toFixed(1))).size >= 2;
+  }, 40_000);
+  log(`${vs} requests/s seen: ${seen.map((x) => x.toFixed(1)).join(", ")}`);
+  const shown = (await byTestId(page, `rate-${vs}`).textContent()).trim();
+  check(/^[0-9.,]+[kM]?$/.test(shown), `rate of ${vs} reads ${shown}`);
+
+  const spark = byTestId(page, `spark-${vs}`);
+  const sparkPoints = await until(`a sparkline of ${vs} with 3 points`, async () => {
+    const n = await polylinePoints(spark);
+    return n >= 3 ? n : null;
+  }, 30_000);
+  const overviewPoints = await polylinePoints(byTestId(page, "overview-l7-requests"));
+  check(overviewPoints >= 3, `the overview chart has ${overviewPoints} points`);
+  const total = Number((await byTestId(page, "sum-requests").locator(".tile-value").getAttribute("data-value")) || 0);
+  check(total > 0, `the summary shows ${total} requests/s under load`);
+  log(`charts: sparkline ${sparkPoints} points, overview ${overviewPoints} points, summary ${total.toFixed(1)} req/s`);
+
+  // The page's own rate code: a counter that goes down (a daemon restart) gives 0, never a
+  // negative rate, and two polls a few ms apart do not divide by almost nothing.
+  const edge = await page.evaluate(() => {
+    const r = new window.LbCharts.Rates();
+    r.observe(1000, "x", 100);
+    const normal = r.observe(2000, "x", 150);
+    const close = r.observe(2004, "x", 190);
+    const reset = r.observe(3000, "x", 7);
+    const after = r.observe(4000, "x", 27);
+    return { normal, close, reset, after };
+  });
+  check(edge.normal === 50 && edge.close === 50 && edge.reset === 0 && edge.after === 20, `rates: ${JSON.stringify(edge)}`);
+
+  const num = (t) => Number(String(t).replace(/[^0-9.]/g, ""));
+  await until(`2xx answers of ${vs}`, async () => num(await byTestId(page, `class-${vs}-2xx`).textContent()) > 0);
+  await until(`4xx answers of ${vs}`, async () => num(await byTestId(page, `class-${vs}-4xx`).textContent()) > 0);
+  log(`${vs}: ${(await byTestId(page, `classes-${vs}`).textContent()).replace(/\s+/g, " ")}`);
+
+  for (const b of data.backends.filter((x) => x.health_check)) {
+    const cell = byTestId(page, `check-${b.name}`);
+    const want = b.health === "OK" ? "passed" : "failed";
+    await until(`the last check of ${b.name} (${want})`, async () => {
+      const t = await cell.textContent();
+      return t.includes(want) && /[0-9] (ms|s)/.test(t);
+    });
+    const since = (await byTestId(page, `since-${b.name}`).textContent()).trim();
+    check(/^for [0-9]+[smhd]/.test(since), `time in state of ${b.name} reads ${since}`);
+    log(`${b.name}: ${b.health} ${since}; last check: ${(await cell.textContent()).trim()}`);
+  }
+}
+
+/** Issue 19: the DNS vService's name shows its current answer, its policy and counters. */
+async function checkDns(page, dns) {
+  const id = `${dns.vs}-${dns.name}`;
+  await until(`the answer of ${dns.name} to show ${dns.address}`, async () =>
+    (await byTestId(page, `dns-answer-${id}`).textContent()).includes(dns.address), 30_000);
+  const policy = (await byTestId(page, `dns-policy-${id}`).textContent()).trim();
+  check(policy.startsWith("round-robin"), `policy of ${dns.name} reads ${policy}`);
+  const queries = Number((await byTestId(page, `dns-counter-${dns.vs}-queries`).textContent()).replace(/[^0-9]/g, ""));
+  check(queries > 0, `the DNS vService ${dns.vs} shows ${queries} queries`);
+  log(`${dns.name} answers ${dns.address} now (${policy}); ${queries} queries`);
 }
 
 async function tierOf(page, vs, list) {
@@ -190,7 +298,7 @@ async function main() {
     // Health badges match the API, with the right colours, once the expected states are in.
     let data = await until(
       `health ${JSON.stringify(args.expect)} in the page`,
-      () => checkHealthBadges(page, args.expect, args.traffic),
+      () => checkHealthBadges(page, args.expect, args.traffic, args.load ? 400 : 0),
       45_000,
     );
     const target = pickBackend(data, args.backend);
@@ -216,6 +324,16 @@ async function main() {
     const stamp = async () => Number(await byTestId(page, "last-refresh").getAttribute("data-unix-ms"));
     const s0 = await stamp();
     await until("the last refresh time to advance", async () => (await stamp()) > s0);
+
+    if (args.load) await checkRates(page, args.load, data);
+    if (args.dns) await checkDns(page, args.dns);
+    if (args.load || args.dns) {
+      // Let the charts fill for a while under load, as an operator would see them.
+      await page.waitForTimeout(args.settle * 1000);
+      mkdirSync(dirname(args.screenshot), { recursive: true });
+      await page.screenshot({ path: args.screenshot, fullPage: true });
+      log(`screenshot under load: ${args.screenshot}`);
+    }
 
     // Maintenance on: the amber marker, the member drained, and the tier moves off "mains"
     // wherever the backend was the only eligible main.
@@ -279,9 +397,10 @@ async function main() {
     });
     log(`transitions: ${(tr.transitions || []).length}, checks: ${(tr.checks || []).length}`);
 
-    mkdirSync(dirname(args.screenshot), { recursive: true });
-    await page.screenshot({ path: args.screenshot, fullPage: true });
-    log(`screenshot: ${args.screenshot}`);
+    const shot = args.load || args.dns ? args.screenshot.replace(/\.png$/, "-transitions.png") : args.screenshot;
+    mkdirSync(dirname(shot), { recursive: true });
+    await page.screenshot({ path: shot, fullPage: true });
+    log(`screenshot: ${shot}`);
 
     // Maintenance off: the marker goes and the tiers come back.
     await page.evaluate(() => window.scrollTo(0, 0));

@@ -142,8 +142,9 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         "gauge",
         "Tier serving a list: 0 mains, N backup N, -1 none (S-BK9).",
     );
+    let lists = snap.list_index();
     for vs in &cfg.vservices {
-        for list in snap.lists(vs) {
+        for list in snap.lists_in(&lists, vs) {
             let v: i64 = match list.tier.as_str() {
                 "mains" => 0,
                 t => t

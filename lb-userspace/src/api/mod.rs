@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 mod cluster;
 mod error;
+mod live;
 mod metrics;
 mod read;
 mod sessions;
@@ -59,6 +60,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
     let page = Router::new()
         .route("/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
+        .route("/ui/charts.js", get(ui::charts_js))
         .route("/ui/style.css", get(ui::style_css));
     let api = Router::new()
         .route("/metrics", get(metrics::metrics))
@@ -93,7 +95,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
         .route("/api/v1/profiles", get(read::profiles))
         .route("/api/v1/gslb", get(read::gslb))
         .route("/api/v1/reload", post(admin::reload_handler))
-        .route("/api/v1/stats/live", get(read::live))
+        .route("/api/v1/stats/live", get(live::live))
         .route("/api/v1/stats.csv", get(stats_csv::stats_csv))
         .route("/api/v1/cluster", get(cluster::status))
         .route("/api/v1/cluster/sync", post(cluster::sync))

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::ApiState;
 use super::error::{ApiError, ApiResult};
-use super::view::{Snapshot, used_in};
+use super::view::{BackendIndex, Snapshot, used_in};
 use crate::config::{Handshake, HealthCheck, HealthKind};
 
 /// `GET /api/v1/status`: counts at a glance.
@@ -46,11 +46,12 @@ pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
 /// `GET /api/v1/vservices`.
 pub(crate) async fn vservices(State(st): State<ApiState>) -> Json<Value> {
     let snap = Snapshot::take(&st.daemon);
+    let lists = snap.list_index();
     let all: Vec<_> = snap
         .cfg
         .vservices
         .iter()
-        .map(|v| snap.vservice(v))
+        .map(|v| snap.vservice_in(&lists, v))
         .collect();
     Json(json!({ "vservices": all }))
 }
@@ -76,24 +77,14 @@ pub(crate) async fn vservice(
     Ok(Json(v))
 }
 
-/// True when `name` is a member of `vs`'s lists, directly or through a Backend Group.
-fn view_lists_have(snap: &Snapshot, vs: &crate::config::VService, name: &str) -> bool {
-    vs.backends.iter().any(|member| {
-        member == name
-            || snap
-                .cfg
-                .backend_groups
-                .iter()
-                .any(|g| &g.name == member && g.members.iter().any(|m| m == name))
-    })
-}
-
-fn backend_value(snap: &Snapshot, name: &str) -> ApiResult<Value> {
+fn backend_value(snap: &Snapshot, idx: &BackendIndex<'_>, name: &str) -> ApiResult<Value> {
     let view = snap
-        .backend(name)
+        .backend_in(idx, name)
         .ok_or_else(|| ApiError::not_found("Backend Service", name))?;
+    // What Network traffic follows exists only where a Network vService uses it.
+    let in_network = view.used_in.iter().any(|u| idx.is_network(&u.vservice));
     let mut v = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
-    if let Some(svc) = snap.cfg.backend_services.iter().find(|s| s.name == name) {
+    if let Some(svc) = idx.service(name) {
         v["health_check"] = json!(svc.health_check);
         v["max_connections"] = json!(svc.max_connections);
         v["groups"] = json!(
@@ -106,12 +97,6 @@ fn backend_value(snap: &Snapshot, name: &str) -> ApiResult<Value> {
         );
     }
     if let Some(r) = snap.report.services.get(name) {
-        // What Network traffic follows exists only where a Network vService uses it.
-        let in_network = snap
-            .cfg
-            .vservices
-            .iter()
-            .any(|vs| vs.kind.is_network() && view_lists_have(snap, vs, name));
         if in_network {
             v["network_health"] = json!(r.network);
         }
@@ -123,11 +108,12 @@ fn backend_value(snap: &Snapshot, name: &str) -> ApiResult<Value> {
 /// `GET /api/v1/backends`.
 pub(crate) async fn backends(State(st): State<ApiState>) -> ApiResult<Json<Value>> {
     let snap = Snapshot::take(&st.daemon);
+    let idx = snap.index();
     let all = snap
         .cfg
         .backend_services
         .iter()
-        .map(|s| backend_value(&snap, &s.name))
+        .map(|s| backend_value(&snap, &idx, &s.name))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(json!({ "backends": all })))
 }
@@ -138,7 +124,7 @@ pub(crate) async fn backend(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let snap = Snapshot::take(&st.daemon);
-    backend_value(&snap, &name).map(Json)
+    backend_value(&snap, &snap.index(), &name).map(Json)
 }
 
 /// `GET /api/v1/backends/{name}/transitions` (S-HC8, S-OB3); `NAME (IPv6)` gives those of
@@ -304,25 +290,4 @@ pub(crate) async fn profiles(State(st): State<ApiState>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "profiles": all }))
-}
-
-/// `GET /api/v1/stats/live`: the Live Stats page's payload.
-pub(crate) async fn live(State(st): State<ApiState>) -> Json<Value> {
-    let snap = Snapshot::take(&st.daemon);
-    let vservices: Vec<_> = snap
-        .cfg
-        .vservices
-        .iter()
-        .map(|v| snap.vservice(v))
-        .collect();
-    let backends: Vec<_> = snap
-        .cfg
-        .backend_services
-        .iter()
-        .filter_map(|s| snap.backend(&s.name))
-        .collect();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    Json(json!({ "generated_unix_ms": now, "vservices": vservices, "backends": backends }))
 }

@@ -84,8 +84,9 @@ fn render(snap: &Snapshot) -> Result<String, csv::Error> {
                 .add(&b.counters);
         }
     }
+    let lists = snap.list_index();
     for vs in &snap.cfg.vservices {
-        let view = snap.vservice(vs);
+        let view = snap.vservice_in(&lists, vs);
         let counter = |key: &str| view.counters.as_ref()?.get(key)?.as_u64();
         out.serialize(Row {
             vservice: &vs.name,

@@ -20,6 +20,14 @@ pub(crate) async fn app_js() -> impl IntoResponse {
     )
 }
 
+/// `GET /ui/charts.js`: rates and the hand-written SVG charts.
+pub(crate) async fn charts_js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("ui/charts.js"),
+    )
+}
+
 /// `GET /ui/style.css`.
 pub(crate) async fn style_css() -> impl IntoResponse {
     (

@@ -1,12 +1,12 @@
 //! One consistent read of the running daemon (configuration, health, selections, counters)
 //! and the JSON views built from it, shared by the REST resources, Live Stats and metrics.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{ByName, Config, PortSpec, VService, VServiceKind};
+use crate::config::{BackendService, ByName, Config, Forwarding, PortSpec, VService, VServiceKind};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
 use crate::proxy::VsCounts;
@@ -69,14 +69,31 @@ impl Snapshot {
             .map_or("OK", |s| s.state.as_str())
     }
 
+    /// Lookups for the lists of many vServices, built once per answer.
+    pub(crate) fn list_index(&self) -> ListIndex<'_> {
+        let network = self.cfg.vservices.iter().any(|v| v.kind.is_network());
+        ListIndex {
+            names: ByName::new(&self.cfg),
+            model: network.then(|| Model::from_config(&self.cfg)),
+        }
+    }
+
     /// Selection of every list of `vs`: L7 lists as the proxy follows them, Network lists
-    /// from the health the XDP maps follow (after the S-RF2 delays).
-    pub(crate) fn lists(&self, vs: &VService) -> Vec<ListView> {
+    /// from the health the XDP maps follow (after the S-RF2 delays). From `idx`, built once
+    /// per answer: no scan of every Backend Service per vService.
+    pub(crate) fn lists_in(&self, idx: &ListIndex<'_>, vs: &VService) -> Vec<ListView> {
         let mut out = Vec::new();
         let policy = Policy::for_vservice(vs);
+        let names = &idx.names;
         if vs.kind.is_network() {
-            let model = Model::from_config(&self.cfg);
-            let names = ByName::new(&self.cfg);
+            let built;
+            let model = match &idx.model {
+                Some(m) => m,
+                None => {
+                    built = Model::from_config(&self.cfg);
+                    &built
+                }
+            };
             // A dual-stack vService's IPv6 VIP follows its backends' IPv6 health: its own list.
             for vip in vs.vips() {
                 let health = |n: &str| {
@@ -96,21 +113,24 @@ impl Snapshot {
                 } else {
                     "default (IPv6)"
                 };
-                out.push(self.list_view(name, &vs.backends, Some(&sel), policy));
+                out.push(self.list_view(names, name, &vs.backends, Some(&sel), policy));
             }
             return out;
         }
         let lists = self.l7.lists.get(&vs.name);
-        out.push(self.list_view("default", &vs.backends, lists.map(|l| &l.default), policy));
+        let default = lists.map(|l| &l.default);
+        out.push(self.list_view(names, "default", &vs.backends, default, policy));
         for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
             let sel = lists.and_then(|l| l.sets.iter().find(|(n, _)| *n == set.name));
-            out.push(self.list_view(&set.name, &set.backends, sel.map(|(_, s)| s), Policy::FULL));
+            let sel = sel.map(|(_, s)| s);
+            out.push(self.list_view(names, &set.name, &set.backends, sel, Policy::FULL));
         }
         out
     }
 
     fn list_view(
         &self,
+        names: &ByName<'_>,
         name: &str,
         list: &[String],
         sel: Option<&ListSelection>,
@@ -122,7 +142,7 @@ impl Snapshot {
         let drained: HashSet<&str> = sel
             .map(|s| s.drained.iter().map(String::as_str).collect())
             .unwrap_or_default();
-        let members = expand(&self.cfg, list)
+        let members = expand(names, list)
             .into_iter()
             .map(|(member, backup)| {
                 let state = if eligible.contains(member.as_str()) {
@@ -175,40 +195,25 @@ impl Snapshot {
             "bytes_out": all.bytes_out, "unavailable": c.unavailable, "retries": c.retries,
             "retries_refused": c.retries_refused, "client_aborts": c.client_aborts,
             "server_timeouts": c.server_timeouts, "upstream_aborts": c.upstream_aborts,
-            "bad_requests": c.bad_requests,
+            "bad_requests": c.bad_requests, "failures": all.failures,
+            "responses": StatusClasses::from(all.classes),
         }))
     }
 
-    /// A Backend Service as Live Stats and `/backends` show it, or None if unknown.
-    pub(crate) fn backend(&self, name: &str) -> Option<BackendView> {
-        let svc = self.cfg.backend_services.iter().find(|s| s.name == name)?;
-        let rs = self.report.services.get(name);
-        let proxy: Option<BackendStats> = self.proxy.as_ref().and_then(|p| {
-            let mut found: Option<BackendStats> = None;
-            for b in p.values().filter_map(|vs| vs.backends.get(name)) {
-                found.get_or_insert_default().absorb(b);
-            }
-            found
-        });
-        let xdp: Option<lb_common::Counters> = self.net.as_ref().and_then(|n| {
-            let mut found: Option<lb_common::Counters> = None;
-            for b in n
-                .vips
-                .iter()
-                .flat_map(|v| &v.backends)
-                .filter(|b| b.name == name)
-            {
-                found.get_or_insert_default().add(&b.counters);
-            }
-            found
-        });
-        let used_in = used_in(&self.cfg, name);
-        let in_l7 = used_in.iter().any(|u| {
-            self.cfg
-                .vservices
-                .iter()
-                .any(|v| v.name == u.vservice && !v.kind.is_network())
-        });
+    /// Lookups for many Backend Services, built once per answer.
+    pub(crate) fn index(&self) -> BackendIndex<'_> {
+        BackendIndex::build(self)
+    }
+
+    /// A Backend Service as Live Stats and `/backends` show it, from `idx` (O(1) per call).
+    pub(crate) fn backend_in(&self, idx: &BackendIndex<'_>, name: &str) -> Option<BackendView> {
+        let svc = *idx.services.get(name)?;
+        let proxy = idx.proxy.get(name).cloned();
+        let xdp: Option<lb_common::Counters> = idx.xdp.get(name).copied();
+        let used_in = idx.used_in.get(name).cloned().unwrap_or_default();
+        let in_l7 = used_in
+            .iter()
+            .any(|u| idx.l7_vservices.contains(u.vservice.as_str()));
         let proxy = proxy.or_else(|| (in_l7 && self.proxy.is_some()).then(BackendStats::default));
         let address6 = svc.address6.map(|a| a.to_string());
         let health6 = svc
@@ -222,7 +227,7 @@ impl Snapshot {
             port: svc.port,
             weight: svc.weight,
             health: self.health(name).to_string(),
-            checked: rs.is_some_and(|s| s.checked),
+            checked: self.report.services.get(name).is_some_and(|s| s.checked),
             maintenance: svc.maintenance,
             backup: svc.backup,
             server: self
@@ -238,6 +243,8 @@ impl Snapshot {
             bytes_out: proxy.as_ref().map(|p| p.bytes_out),
             retries: proxy.as_ref().map(|p| p.retries),
             redispatches: proxy.as_ref().map(|p| p.redispatches),
+            failures: proxy.as_ref().map(|p| p.failures),
+            responses: proxy.as_ref().map(|p| StatusClasses::from(p.classes)),
             packets: xdp.map(|x| x.packets),
             bytes: xdp.map(|x| x.bytes),
             new_flows: xdp.map(|x| x.new_flows),
@@ -248,13 +255,22 @@ impl Snapshot {
 
     /// A vService with its lists and counters.
     pub(crate) fn vservice(&self, vs: &VService) -> VServiceView {
+        self.vservice_in(&self.list_index(), vs)
+    }
+
+    /// [`Snapshot::vservice`] from `idx`, for answers that show every vService.
+    pub(crate) fn vservice_in(&self, idx: &ListIndex<'_>, vs: &VService) -> VServiceView {
         VServiceView {
             name: vs.name.clone(),
             kind: kind_name(vs.kind).to_string(),
             address: vs.address.to_string(),
             address6: vs.address6.map(|a| a.to_string()),
             ports: ports_text(vs.ports),
-            lists: self.lists(vs),
+            mode: vs.kind.is_network().then_some(match vs.forwarding {
+                Forwarding::Nat => "nat",
+                Forwarding::Dsr => "dsr",
+            }),
+            lists: self.lists_in(idx, vs),
             counters: self.counters(vs),
         }
     }
@@ -270,6 +286,10 @@ pub(crate) struct VServiceView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address6: Option<String>,
     pub ports: String,
+    /// Network vServices: "nat" (replies pass back through the balancer) or "dsr" (they
+    /// bypass it, so there is nothing to count on the way out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
     pub lists: Vec<ListView>,
     pub counters: Option<serde_json::Value>,
 }
@@ -329,6 +349,10 @@ pub(crate) struct BackendView {
     pub retries: Option<u64>,
     /// L7: of those, the ones that went to another Backend Service.
     pub redispatches: Option<u64>,
+    /// L7: requests or connections that failed on it (refused, reset, timed out).
+    pub failures: Option<u64>,
+    /// HTTP: its answers by status class.
+    pub responses: Option<StatusClasses>,
     /// XDP: packets and bytes from clients to it, new flows given to it.
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
@@ -338,10 +362,142 @@ pub(crate) struct BackendView {
     pub reply_bytes: Option<u64>,
 }
 
+/// HTTP answers by status class (the `code_class` of `lb_l7_responses_total`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub(crate) struct StatusClasses {
+    #[serde(rename = "1xx")]
+    pub c1xx: u64,
+    #[serde(rename = "2xx")]
+    pub c2xx: u64,
+    #[serde(rename = "3xx")]
+    pub c3xx: u64,
+    #[serde(rename = "4xx")]
+    pub c4xx: u64,
+    #[serde(rename = "5xx")]
+    pub c5xx: u64,
+}
+
+impl From<[u64; 5]> for StatusClasses {
+    fn from(c: [u64; 5]) -> Self {
+        StatusClasses {
+            c1xx: c[0],
+            c2xx: c[1],
+            c3xx: c[2],
+            c4xx: c[3],
+            c5xx: c[4],
+        }
+    }
+}
+
+/// Name lookups and the selection model, built once for the lists of every vService of one
+/// answer (rebuilding them per vService costs services x vServices).
+pub(crate) struct ListIndex<'c> {
+    names: ByName<'c>,
+    /// Only when there are Network vServices (it copies every Backend Service).
+    model: Option<Model>,
+}
+
+/// Per Backend Service lookups built in one pass over the configuration and counters, so
+/// Live Stats with 10,000 Backend Services costs O(services + list entries) per poll rather
+/// than a scan of every list and counter per service.
+pub(crate) struct BackendIndex<'s> {
+    services: HashMap<&'s str, &'s BackendService>,
+    /// Proxy counters summed over the vServices each one serves.
+    proxy: HashMap<&'s str, BackendStats>,
+    /// XDP counters summed over the VIPs.
+    xdp: HashMap<&'s str, lb_common::Counters>,
+    used_in: HashMap<&'s str, Vec<UsedIn>>,
+    l7_vservices: HashSet<&'s str>,
+}
+
+impl<'s> BackendIndex<'s> {
+    /// The Backend Service called `name`.
+    pub(crate) fn service(&self, name: &str) -> Option<&'s BackendService> {
+        self.services.get(name).copied()
+    }
+
+    /// True for a Network vService (`vservice` names one the configuration has).
+    pub(crate) fn is_network(&self, vservice: &str) -> bool {
+        !self.l7_vservices.contains(vservice)
+    }
+
+    fn build(snap: &'s Snapshot) -> Self {
+        let cfg = &snap.cfg;
+        let services = cfg
+            .backend_services
+            .iter()
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        let mut proxy: HashMap<&str, BackendStats> = HashMap::new();
+        for (name, stats) in snap
+            .proxy
+            .iter()
+            .flat_map(|p| p.values())
+            .flat_map(|vs| &vs.backends)
+        {
+            proxy.entry(name.as_str()).or_default().absorb(stats);
+        }
+        let mut xdp: HashMap<&str, lb_common::Counters> = HashMap::new();
+        for b in snap
+            .net
+            .iter()
+            .flat_map(|n| &n.vips)
+            .flat_map(|v| &v.backends)
+        {
+            xdp.entry(b.name.as_str()).or_default().add(&b.counters);
+        }
+        let groups: HashMap<&str, &[String]> = cfg
+            .backend_groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.members.as_slice()))
+            .collect();
+        let mut used_in: HashMap<&str, Vec<UsedIn>> = HashMap::new();
+        let mut note = |list: &'s [String], vservice: &str, list_name: &str| {
+            for entry in list {
+                let members = groups
+                    .get(entry.as_str())
+                    .copied()
+                    .unwrap_or(std::slice::from_ref(entry));
+                for m in members {
+                    let seen = used_in.entry(m.as_str()).or_default();
+                    // A list naming a service twice (directly and through a group) counts once.
+                    let dup = seen
+                        .last()
+                        .is_some_and(|u| u.vservice == vservice && u.list == list_name);
+                    if !dup {
+                        seen.push(UsedIn {
+                            vservice: vservice.to_string(),
+                            list: list_name.to_string(),
+                        });
+                    }
+                }
+            }
+        };
+        for vs in &cfg.vservices {
+            note(&vs.backends, &vs.name, "default");
+            for set in vs.l7.iter().flat_map(|l| &l.conditional_sets) {
+                note(&set.backends, &vs.name, &set.name);
+            }
+        }
+        let l7_vservices = cfg
+            .vservices
+            .iter()
+            .filter(|v| !v.kind.is_network())
+            .map(|v| v.name.as_str())
+            .collect();
+        BackendIndex {
+            services,
+            proxy,
+            xdp,
+            used_in,
+            l7_vservices,
+        }
+    }
+}
+
 /// The members of a list in order, groups expanded, each once, with its Backup role
 /// (a group's flag decides for its members, as in the selection model).
-pub(crate) fn expand<'c>(cfg: &'c Config, list: &[String]) -> Vec<(String, bool)> {
-    let names = ByName::new(cfg);
+pub(crate) fn expand<'c>(names: &ByName<'c>, list: &[String]) -> Vec<(String, bool)> {
     let mut seen: HashSet<&'c str> = HashSet::new();
     let mut out: Vec<(String, bool)> = Vec::new();
     let mut push = |name: &'c str, backup: bool| {

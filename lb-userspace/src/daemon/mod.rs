@@ -22,7 +22,7 @@ pub use report::{
 };
 
 use crate::config::{self, Config};
-use crate::gslb::Gslb;
+use crate::gslb::{Gslb, GslbReader};
 use crate::health::{
     Cadence, EngineOptions, EngineThread, HealthEngine, HealthState, View, reflect,
 };
@@ -51,6 +51,9 @@ pub struct Daemon {
     proxy: Proxy,
     /// DNS vServices (S-GS), started with the first one configured.
     gslb: tokio::sync::Mutex<Option<Gslb>>,
+    /// Their lock-free view, set when they start: the API reads it without waiting for a
+    /// reload, which holds `gslb` while it polls the sites (maybe this daemon's own API).
+    gslb_reader: std::sync::OnceLock<GslbReader>,
     /// Runs the engine's check tasks; lives as long as the daemon.
     _engine_thread: EngineThread,
 }
@@ -106,12 +109,12 @@ impl Daemon {
 
     /// Site statuses, transitions and counters of the DNS vServices (None when there are none).
     pub async fn gslb_status(&self) -> Option<GslbStatus> {
-        let gslb = self.gslb.lock().await;
-        let g = gslb.as_ref()?;
+        let g = self.gslb_reader.get()?;
         Some(GslbStatus {
             sites: g.status(),
             transitions: g.transitions(),
             counters: g.counters(),
+            names: g.names(),
         })
     }
 
@@ -174,7 +177,9 @@ impl Daemon {
             match gslb.as_ref() {
                 Some(g) => g.update(cfg.clone()).await?,
                 None if !cfg.dns_vservices.is_empty() => {
-                    *gslb = Some(Gslb::start(cfg.clone()).await?)
+                    let started = Gslb::start(cfg.clone()).await?;
+                    let _ = self.gslb_reader.set(started.reader());
+                    *gslb = Some(started)
                 }
                 None => {}
             }
@@ -235,6 +240,8 @@ pub struct GslbStatus {
     pub transitions: Vec<crate::gslb::SiteTransition>,
     /// Query counters per DNS vService.
     pub counters: Vec<crate::gslb::DnsCounters>,
+    /// What each name answers now, with its policy.
+    pub names: Vec<crate::gslb::NameNow>,
 }
 
 /// A started daemon: its handle and the tasks that keep it current.
@@ -376,6 +383,9 @@ pub async fn start_with(
         applying: tokio::sync::Mutex::new(()),
         published: watch::channel(0).0,
         proxy,
+        gslb_reader: gslb
+            .as_ref()
+            .map_or_else(std::sync::OnceLock::new, |g| g.reader().into()),
         gslb: tokio::sync::Mutex::new(gslb),
         _engine_thread: engine_thread,
     });

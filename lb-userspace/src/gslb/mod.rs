@@ -8,8 +8,10 @@
 //! - `status`: statuses and their transition log.
 //! - `rate`: the per-source query limit.
 //! - `instance`: one running DNS vService and its reload.
+//! - `names`: what each name answers now, for the Live Stats page.
 
 mod instance;
+mod names;
 pub mod policy;
 pub mod poll;
 mod rate;
@@ -29,6 +31,7 @@ pub use instance::DnsSockets;
 use instance::Instance;
 use server::Shared;
 
+pub use names::{NameNow, policy_name};
 pub use rate::RateLimiter;
 pub use status::{SiteKey, SiteState, SiteStatus, SiteTransition};
 
@@ -64,7 +67,17 @@ pub struct Gslb {
     /// Sockets handed over at start, taken by the DNS vServices that listen there.
     inherited: Mutex<DnsSockets>,
     /// What the synchronous readers see, in configuration order.
-    published: ArcSwap<Vec<(String, Arc<Shared>)>>,
+    published: Published,
+}
+
+/// The running DNS vServices as readers see them, in configuration order.
+type Published = Arc<ArcSwap<Vec<(String, Arc<Shared>)>>>;
+
+/// A lock-free view of the running DNS vServices for the API: reading it never waits for a
+/// reload, which polls the sites (possibly this very daemon's API) while it applies.
+#[derive(Clone)]
+pub struct GslbReader {
+    published: Published,
 }
 
 impl Gslb {
@@ -80,7 +93,7 @@ impl Gslb {
         let gslb = Gslb {
             instances: Mutex::new(HashMap::new()),
             inherited: Mutex::new(inherited),
-            published: ArcSwap::from_pointee(Vec::new()),
+            published: Arc::new(ArcSwap::from_pointee(Vec::new())),
         };
         if let Err(error) = gslb.update(cfg).await {
             gslb.shutdown().await;
@@ -167,6 +180,44 @@ impl Gslb {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// The lock-free view for the API.
+    pub fn reader(&self) -> GslbReader {
+        GslbReader {
+            published: self.published.clone(),
+        }
+    }
+
+    /// Site status per site service (S-GS4), for the API and the Live Stats page.
+    pub fn status(&self) -> Vec<SiteStatus> {
+        self.reader().status()
+    }
+
+    /// Status changes of every site service, oldest first per DNS vService.
+    pub fn transitions(&self) -> Vec<SiteTransition> {
+        self.reader().transitions()
+    }
+
+    /// Query counters per DNS vService.
+    pub fn counters(&self) -> Vec<DnsCounters> {
+        self.reader().counters()
+    }
+
+    /// What every name of every DNS vService answers now, in configuration order.
+    pub fn names(&self) -> Vec<NameNow> {
+        self.reader().names()
+    }
+
+    /// Stops every DNS vService.
+    pub async fn shutdown(self) {
+        self.published.store(Arc::new(Vec::new()));
+        let instances = self.instances.into_inner();
+        for (_, instance) in instances {
+            instance.stop().await;
+        }
+    }
+}
+
+impl GslbReader {
     /// Site status per site service (S-GS4), for the API and the Live Stats page.
     pub fn status(&self) -> Vec<SiteStatus> {
         self.published
@@ -209,13 +260,13 @@ impl Gslb {
             .collect()
     }
 
-    /// Stops every DNS vService.
-    pub async fn shutdown(self) {
-        self.published.store(Arc::new(Vec::new()));
-        let instances = self.instances.into_inner();
-        for (_, instance) in instances {
-            instance.stop().await;
-        }
+    /// What every name of every DNS vService answers now, in configuration order.
+    pub fn names(&self) -> Vec<NameNow> {
+        self.published
+            .load()
+            .iter()
+            .flat_map(|(_, shared)| names::names_now(shared))
+            .collect()
     }
 }
 

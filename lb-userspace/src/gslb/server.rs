@@ -15,7 +15,7 @@ use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
-use crate::config::DnsVService;
+use crate::config::{DnsRecord, DnsVService};
 
 use super::policy::{self, Family, View};
 use super::rate::RateLimiter;
@@ -94,6 +94,60 @@ pub struct Shared {
     pub limiter: ArcSwap<RateLimiter>,
     /// Counters.
     pub counters: Counters,
+}
+
+impl Shared {
+    /// What the policy knows of each site of `record` at `now` (same order as its sites):
+    /// the latest status, or No Connection when none is fresher than the zone's staleness
+    /// bound. The answer to a query and the page's "answers now" both start from here.
+    pub fn views(&self, zone: &Zone, record: &DnsRecord, now: Instant) -> Vec<View> {
+        record
+            .sites
+            .iter()
+            .map(|site| {
+                let key = SiteKey {
+                    dns_vservice: zone.cfg.name.clone(),
+                    record: record.name.clone(),
+                    site: site.name.clone(),
+                };
+                let latest = self.board.latest(&key);
+                let fresh = latest
+                    .as_ref()
+                    .and_then(|l| l.checked)
+                    .is_some_and(|checked| {
+                        now.saturating_duration_since(checked) <= zone.stale_after
+                    });
+                match latest {
+                    Some(latest) if fresh => View {
+                        state: latest.state,
+                        sessions: latest.sessions,
+                    },
+                    _ => View {
+                        state: SiteState::NoConnection,
+                        sessions: None,
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// The addresses record `index` of the current zone would be answered with by the next
+    /// query of each family (A, AAAA), decided as a query would be, without taking its turn.
+    pub fn answers_now(&self, index: usize) -> (Vec<IpAddr>, Vec<IpAddr>) {
+        let zone = self.zone.load();
+        let Some(record) = zone.cfg.records.get(index) else {
+            return (Vec::new(), Vec::new());
+        };
+        let views = self.views(&zone, record, Instant::now());
+        let turn = zone
+            .turns
+            .get(index)
+            .map_or(0, |t| t.load(Ordering::Relaxed));
+        (
+            policy::choose(record, &views, Family::V4, turn),
+            policy::choose(record, &views, Family::V6, turn),
+        )
+    }
 }
 
 /// The hickory-server handler of one DNS vService.
@@ -254,35 +308,7 @@ impl Handler {
         let Some(record) = zone.cfg.records.get(index) else {
             return Vec::new();
         };
-        let now = Instant::now();
-        let views: Vec<View> = record
-            .sites
-            .iter()
-            .map(|site| {
-                let key = SiteKey {
-                    dns_vservice: zone.cfg.name.clone(),
-                    record: record.name.clone(),
-                    site: site.name.clone(),
-                };
-                let latest = self.shared.board.latest(&key);
-                let fresh = latest
-                    .as_ref()
-                    .and_then(|l| l.checked)
-                    .is_some_and(|checked| {
-                        now.saturating_duration_since(checked) <= zone.stale_after
-                    });
-                match latest {
-                    Some(latest) if fresh => View {
-                        state: latest.state,
-                        sessions: latest.sessions,
-                    },
-                    _ => View {
-                        state: SiteState::NoConnection,
-                        sessions: None,
-                    },
-                }
-            })
-            .collect();
+        let views = self.shared.views(zone, record, Instant::now());
         let turn = zone
             .turns
             .get(index)

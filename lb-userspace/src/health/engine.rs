@@ -227,6 +227,26 @@ impl HealthEngine {
         (!reason.is_empty()).then(|| reason.to_string())
     }
 
+    /// The latest check of every checked service (by health key) with its reason: what
+    /// Live Stats shows as "last check". One pass over the services, no ring copied.
+    pub fn last_checks(&self) -> HashMap<String, (CheckRecord, String)> {
+        let logs: Vec<(String, Arc<Mutex<ServiceLog>>)> = {
+            let registry = lock(&self.shared.registry);
+            registry
+                .entries
+                .iter()
+                .map(|(name, e)| (name.clone(), Arc::clone(&e.log)))
+                .collect()
+        };
+        logs.into_iter()
+            .filter_map(|(name, log)| {
+                let guard = lock(&log);
+                let (record, reason) = guard.last_check(&self.shared.clock)?;
+                Some((name, (record, reason.to_string())))
+            })
+            .collect()
+    }
+
     /// Replaces the set of checked services (reload). Services whose address, port and
     /// profile are unchanged keep their state and schedule; a changed or newly assigned
     /// profile starts again from Preparing (S-HC5); removed services disappear.

@@ -155,6 +155,18 @@ impl ServiceLog {
     pub(crate) fn last_reason(&self) -> &str {
         &self.last_reason
     }
+
+    /// The latest check with its reason, without copying the ring (Live Stats reads it for
+    /// every service each second).
+    pub(crate) fn last_check(&self, clock: &Clock) -> Option<(CheckRecord, &str)> {
+        let slots = self.checks.len();
+        if self.len == 0 || slots == 0 {
+            return None;
+        }
+        let now_ms = u64::try_from(clock.now().since_start.as_millis()).unwrap_or(u64::MAX);
+        let slot = self.checks[(self.first + self.len - 1) % slots];
+        Some((slot.unpack(clock, now_ms), &self.last_reason))
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +205,9 @@ mod tests {
         assert_eq!(checks[0].at, secs(1));
         assert_eq!(checks[MAX_CHECKS - 1].at, secs(MAX_CHECKS as u64));
         assert_eq!(log.last_reason(), "fine");
+        let (last, reason) = log.last_check(&clock).expect("a last check");
+        assert_eq!(last.duration, Duration::from_millis(MAX_CHECKS as u64));
+        assert_eq!(reason, "fine");
         for (i, check) in (1..).zip(&checks) {
             assert_eq!(check.duration, Duration::from_millis(i), "check {i}");
             assert_eq!(check.ok, i % 3 != 0, "check {i}");
