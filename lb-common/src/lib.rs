@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(size_of::<FlowKey>(), 40);
         assert_eq!(size_of::<FlowValue>(), 8);
         assert_eq!(size_of::<NatReverse>(), 28);
-        assert_eq!(size_of::<Counters>(), 40);
+        assert_eq!(size_of::<Counters>(), 56);
         assert_eq!(size_of::<NextHop>(), 32);
     }
 }
