@@ -207,7 +207,7 @@ fn check_object_is_found() {
         "no program pinned: {loaded}"
     );
     let status = lb(&["status"]);
-    assert!(status.contains("attached to: lo"), "{status}");
+    assert!(status.contains("XDP data path: attached to lo"), "{status}");
     let unloaded = lb(&["unload", "--iface", "lo"]);
     assert!(unloaded.contains("program unloaded"), "{unloaded}");
 }
