@@ -69,7 +69,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
-    /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN and Maglev build time;
+    /// Benchmarks; `xdp`: ns/packet through BPF_PROG_TEST_RUN, Maglev build time, and
+    /// Katran's XDP program beside ours on the same frames;
     /// `health`: CPU and memory of `lb run` checking 10,000 services over TCP beside HAProxy
     /// (and 50,000 at P = 5 s);
     /// `l7`: the HTTP proxy against HAProxy and nginx (wrk), and failed requests while
