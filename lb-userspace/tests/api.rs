@@ -442,15 +442,7 @@ async fn s_ob_metrics_parse() {
     wait_healthy(&node).await;
     // Requests through the HTTP vService: its backends accept and close, so each is answered
     // 502 by the proxy after its connects (retries included) succeeded.
-    let site = node.get("/api/v1/vservices/site").await.body;
-    let addr = format!(
-        "{}:{}",
-        site["address"].as_str().unwrap(),
-        site["ports"].as_str().unwrap()
-    );
-    for _ in 0..5 {
-        http_get(&addr).await;
-    }
+    get_site(&node, 5).await;
     let text = node
         .get("/metrics")
         .await
@@ -539,15 +531,7 @@ async fn s_ob_metrics_parse() {
 async fn stats_csv_has_a_row_per_vservice_and_member() {
     let node = start_node("csv", free_port(), "").await;
     wait_healthy(&node).await;
-    let site = node.get("/api/v1/vservices/site").await.body;
-    let addr = format!(
-        "{}:{}",
-        site["address"].as_str().unwrap(),
-        site["ports"].as_str().unwrap()
-    );
-    for _ in 0..3 {
-        http_get(&addr).await;
-    }
+    get_site(&node, 3).await;
     let text = node.get("/api/v1/stats.csv").await.body;
     let text = text.as_str().expect("CSV text").to_string();
     let mut reader = csv::Reader::from_reader(text.as_bytes());
@@ -698,6 +682,19 @@ async fn lb_status_without_a_data_path_shows_the_daemon() {
         "{err}"
     );
     node.shutdown().await;
+}
+
+/// `n` HTTP/1.1 GETs through the node's HTTP vService `site`.
+async fn get_site(node: &Node, n: usize) {
+    let site = node.get("/api/v1/vservices/site").await.body;
+    let addr = format!(
+        "{}:{}",
+        site["address"].as_str().unwrap(),
+        site["ports"].as_str().unwrap()
+    );
+    for _ in 0..n {
+        http_get(&addr).await;
+    }
 }
 
 /// One HTTP/1.1 GET to `addr`, read until the proxy closes or answers.

@@ -76,12 +76,12 @@ impl Family {
     }
 }
 
-/// `vips` VIPs of each family on port 80/tcp (the first also on udp/53), each over
+/// `vips` VIPs of each of `families` on port 80/tcp (the first also on udp/53), each over
 /// `backends` backends of its family: both families share the maps, so their cases can be
 /// timed in turns on one data path.
-fn config_text(vips: usize, backends: usize, forwarding: &str) -> String {
+fn config_text(vips: usize, backends: usize, forwarding: &str, families: &[Family]) -> String {
     let mut s = String::new();
-    for family in [Family::V4, Family::V6] {
+    for &family in families {
         let fam = family.name();
         for b in 0..backends {
             let addr = family.backend(b);
@@ -177,8 +177,11 @@ fn mode(
         },
     )?;
     let label = format!("{vips}x{backends}/family {forwarding}");
-    let cfg = config::parse(&config_text(vips, backends, forwarding), "bench")
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = config::parse(
+        &config_text(vips, backends, forwarding, &[Family::V4, Family::V6]),
+        "bench",
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
     network::apply(&mut dp, &cfg, &Default::default())?;
     println!(

@@ -16,7 +16,7 @@ use lb_tests::fixture_env;
 use lb_tests::packet::Frame;
 
 use super::katran::{self, FlowKey, Katran};
-use super::{Family, REPEAT, TCP_ACK, TCP_SYN, macs, median};
+use super::{Family, REPEAT, TCP_ACK, TCP_SYN, config_text, macs, median};
 
 /// Calls per case per round (each a single run of the program).
 const CALLS: usize = 10_000;
@@ -74,33 +74,6 @@ fn backend(n: usize) -> Ipv4Addr {
     }
 }
 
-/// `vips` IPv4 VIPs on 80/tcp (the first also on 53/udp) over `backends` backends.
-fn config_text(vips: usize, backends: usize, forwarding: &str) -> String {
-    let mut s = String::new();
-    for b in 0..backends {
-        s += &format!(
-            "[[backend_service]]\nname = \"b{b}\"\naddress = \"{}\"\nport = 0\n\n",
-            backend(b)
-        );
-    }
-    let list: Vec<String> = (0..backends).map(|b| format!("\"b{b}\"")).collect();
-    for v in 0..vips {
-        let kinds: &[(&str, u16)] = if v == 0 {
-            &[("tcp-l4", 80), ("udp-l4", 53)]
-        } else {
-            &[("tcp-l4", 80)]
-        };
-        for &(kind, port) in kinds {
-            s += &format!(
-                "[[vservice]]\nname = \"v{v}-{kind}\"\nkind = \"{kind}\"\naddress = \"{}\"\nport = {port}\nforwarding = \"{forwarding}\"\nbackends = [{}]\n\n",
-                vip(v),
-                list.join(", ")
-            );
-        }
-    }
-    s
-}
-
 fn ours(object: &[u8], vips: usize, backends: usize, forwarding: &str) -> Result<DataPath> {
     let mut dp = DataPath::load(
         object,
@@ -109,8 +82,11 @@ fn ours(object: &[u8], vips: usize, backends: usize, forwarding: &str) -> Result
             conn_table_size: 1 << 20,
         },
     )?;
-    let cfg = config::parse(&config_text(vips, backends, forwarding), "versus")
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = config::parse(
+        &config_text(vips, backends, forwarding, &[Family::V4]),
+        "versus",
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     network::apply(&mut dp, &cfg, &Default::default())?;
     Ok(dp)
 }
