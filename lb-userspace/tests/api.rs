@@ -528,7 +528,7 @@ async fn s_ob_metrics_parse() {
 /// member of its lists, with the counters of that member in that vService; `lb stats --csv`
 /// prints the same CSV and `lb stats` a table of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_csv_has_a_row_per_vservice_and_member() {
+async fn s_ob1_s_ob2_stats_csv_has_a_row_per_vservice_and_member() {
     let node = start_node("csv", free_port(), "").await;
     wait_healthy(&node).await;
     get_site(&node, 3).await;
@@ -625,7 +625,7 @@ async fn stats_csv_has_a_row_per_vservice_and_member() {
 /// the daemon's side from its API and says XDP is not in use; with nothing running at all it
 /// fails and says what it looked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lb_status_without_a_data_path_shows_the_daemon() {
+async fn s_ob1_lb_status_without_a_data_path_shows_the_daemon() {
     let node = start_node("status", free_port(), "").await;
     wait_healthy(&node).await;
     let url = node.url.clone();

@@ -168,11 +168,28 @@ pub enum ApiCommand {
 
 /// Runs one API subcommand to completion (its own small runtime).
 pub fn run(cmd: ApiCommand) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    block_on(run_async(cmd))
+}
+
+/// Runs one CLI command's calls to completion on a small runtime of its own.
+pub(super) fn block_on<T>(calls: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    rt.block_on(run_async(cmd))
+        .context("starting the async runtime")?
+        .block_on(calls)
+}
+
+impl ApiOpts {
+    /// A client of the API at `--api`, with `--token` or else `LB_TOKEN`.
+    pub(super) fn client(&self, timeout: Duration) -> ApiClient {
+        let token = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("LB_TOKEN").ok())
+            .filter(|t| !t.is_empty());
+        ApiClient::new(&self.api, token, timeout)
+    }
 }
 
 /// Epoch milliseconds as local date and time to the millisecond (`--json` keeps the
@@ -295,12 +312,7 @@ async fn run_async(cmd: ApiCommand) -> Result<()> {
             Print::Cluster,
         ),
     };
-    let token = opts
-        .token
-        .clone()
-        .or_else(|| std::env::var("LB_TOKEN").ok())
-        .filter(|t| !t.is_empty());
-    let client = ApiClient::new(&opts.api, token, Duration::from_secs(30));
+    let client = opts.client(Duration::from_secs(30));
     let answer = client.call(method, &path, body.as_ref()).await?;
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&answer.body)?);

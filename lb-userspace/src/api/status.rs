@@ -6,12 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use hyper::Method;
 use serde_json::{Value, json};
 
-use super::cli::{ApiOpts, Print, host_port, items, s};
-use super::client::ApiClient;
+use super::cli::{ApiOpts, Print, block_on, host_port, items, s};
 use crate::daemon::HealthReport;
 use crate::network::{self, DataPath, LoadOptions, Status};
 
@@ -99,17 +98,8 @@ fn read_xdp(pin_dir: &Path) -> Result<Xdp> {
 
 /// The daemon's status, vServices, Backend Services and DNS sites, read in one go.
 fn read_daemon(opts: &ApiOpts) -> Result<Value> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
-        let token = opts
-            .token
-            .clone()
-            .or_else(|| std::env::var("LB_TOKEN").ok())
-            .filter(|t| !t.is_empty());
-        let client = ApiClient::new(&opts.api, token, Duration::from_secs(5));
+    block_on(async {
+        let client = opts.client(Duration::from_secs(5));
         let mut out = serde_json::Map::new();
         for (key, path) in [
             ("status", "/api/v1/status"),

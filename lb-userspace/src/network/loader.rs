@@ -265,38 +265,51 @@ impl DataPath {
     /// Runs the program once on `frame` (BPF_PROG_TEST_RUN) and returns (verdict, output).
     /// `ingress_ifindex` is an interface of the calling thread's network namespace.
     pub fn test_run(&self, frame: &[u8], ingress_ifindex: Option<u32>) -> Result<(u32, Vec<u8>)> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let ctx = ingress_ifindex.map(|ifindex| xdp_md(frame.len(), ifindex));
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ctx_in: ctx.as_ref().map(|c| &c[..]),
-            repeat: 1,
-            ..Default::default()
-        };
-        let res = self
-            .xdp_ref()?
-            .test_run(opts)
-            .context("BPF_PROG_TEST_RUN")?;
-        out.truncate(res.data_size_out as usize);
-        Ok((res.return_value, out))
+        let run = run_xdp(self.xdp_ref()?, frame, 1, ingress_ifindex)?;
+        Ok((run.verdict, run.output))
     }
 
     /// Runs the program `repeat` times on `frame` and returns the kernel's mean time per run.
     pub fn bench_run(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            repeat,
-            ..Default::default()
-        };
-        let res = self
-            .xdp_ref()?
-            .test_run(opts)
-            .context("BPF_PROG_TEST_RUN")?;
-        Ok(res.duration)
+        Ok(run_xdp(self.xdp_ref()?, frame, repeat, None)?.per_run)
     }
+}
+
+/// What one BPF_PROG_TEST_RUN call gave.
+pub struct XdpRun {
+    /// The XDP verdict (of the last run).
+    pub verdict: u32,
+    /// The frame as the program left it.
+    pub output: Vec<u8>,
+    /// The kernel's mean time per run.
+    pub per_run: Duration,
+}
+
+/// Runs any loaded XDP program `repeat` times on `frame` with BPF_PROG_TEST_RUN: ours, or
+/// another balancer's that a bench times beside ours through the same call.
+/// `ingress_ifindex` is an interface of the calling thread's network namespace.
+pub fn run_xdp(
+    prog: &Xdp,
+    frame: &[u8],
+    repeat: u32,
+    ingress_ifindex: Option<u32>,
+) -> Result<XdpRun> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let ctx = ingress_ifindex.map(|ifindex| xdp_md(frame.len(), ifindex));
+    let opts = TestRunOptions {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        ctx_in: ctx.as_ref().map(|c| &c[..]),
+        repeat,
+        ..Default::default()
+    };
+    let res = prog.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+    out.truncate(res.data_size_out as usize);
+    Ok(XdpRun {
+        verdict: res.return_value,
+        output: out,
+        per_run: res.duration,
+    })
 }
 
 /// The `struct xdp_md` context for a test run: data 0..len, given ingress interface.

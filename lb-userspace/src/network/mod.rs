@@ -11,7 +11,9 @@ mod state;
 mod status;
 mod writer;
 
-pub use loader::{DataPath, LoadOptions, attached_interfaces, detach, forget_state};
+pub use loader::{
+    DataPath, LoadOptions, XdpRun, attached_interfaces, detach, forget_state, run_xdp,
+};
 pub use object::{PACKAGED_OBJECT, object_candidates, object_path, read_object};
 pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};

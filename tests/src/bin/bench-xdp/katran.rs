@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData};
-use aya::programs::{TestRun, TestRunOptions, Xdp};
+use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader, Pod};
+use lb::network::run_xdp;
 
 /// Ring size of each VIP in `ch_rings` (Katran's default).
 pub const RING: u32 = 65_537;
@@ -232,35 +233,15 @@ impl Katran {
 
     /// One run on `frame`: the verdict and the frame as the program left it.
     pub fn test_run(&self, frame: &[u8]) -> Result<(u32, Vec<u8>)> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            repeat: 1,
-            ..Default::default()
-        };
-        let res = self
-            .prog()?
-            .test_run(opts)
-            .context("BPF_PROG_TEST_RUN (Katran)")?;
-        out.truncate(res.data_size_out as usize);
-        Ok((res.return_value, out))
+        let run = run_xdp(self.prog()?, frame, 1, None).context("Katran")?;
+        Ok((run.verdict, run.output))
     }
 
     /// `repeat` runs on `frame`: the kernel's mean time per run.
     pub fn bench_run(&self, frame: &[u8], repeat: u32) -> Result<Duration> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            repeat,
-            ..Default::default()
-        };
-        Ok(self
-            .prog()?
-            .test_run(opts)
-            .context("BPF_PROG_TEST_RUN (Katran)")?
-            .duration)
+        Ok(run_xdp(self.prog()?, frame, repeat, None)
+            .context("Katran")?
+            .per_run)
     }
 }
 
