@@ -98,6 +98,9 @@ enum Command {
     /// Everything at a glance: the XDP data path's VIPs, backends and counters (read from its
     /// pins), and the daemon's L7 and DNS vServices and Backend Services (from its API).
     Status(lb::api::status::StatusArgs),
+    /// A Network vService's Maglev table as the kernel holds it (one backend per entry) and
+    /// its digest: balancers whose digests agree send every flow to the same backend.
+    Table(lb::api::table::TableArgs),
     /// Validate a configuration file and print every error.
     CheckConfig {
         /// Configuration file (TOML).
@@ -173,6 +176,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status(args) => lb::api::status::run(&args),
+        Command::Table(args) => lb::api::table::run(&args),
         Command::Api(cmd) => lb::api::cli::run(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;

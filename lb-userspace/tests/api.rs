@@ -311,6 +311,16 @@ async fn s_ob_read_endpoints() {
     assert_eq!(vs["vservices"].as_array().unwrap().len(), 2);
     let site = node.get("/api/v1/vservices/site").await.body;
     assert_eq!(site["kind"], "http");
+    // Maglev tables come from an XDP data path; this daemon runs none and says so.
+    let table = node.get("/api/v1/vservices/site/table").await;
+    assert_eq!(table.status, 404);
+    assert!(
+        table.body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("without an XDP data path")),
+        "{}",
+        table.body
+    );
     let api_list = find(&site, "lists", "api");
     assert_eq!(api_list["tier"], "mains");
     let members: Vec<&str> = api_list["members"]

@@ -263,6 +263,21 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                 o.sample(name, &labels, get(&vip.counters));
             }
         }
+        o.family(
+            "lb_xdp_maglev_table_info",
+            "gauge",
+            "The Maglev table in use per Network VIP: balancers showing the same digest send every flow to the same backend (1; table size in `size`).",
+        );
+        for vip in &net.vips {
+            let size = vip.table_size.to_string();
+            let labels = [
+                ("vservice", vip.name.as_str()),
+                ("vip", &vip.address),
+                ("digest", &vip.table_digest),
+                ("size", &size),
+            ];
+            o.sample("lb_xdp_maglev_table_info", &labels, 1);
+        }
         o.family("lb_xdp_global_total", "counter", "Global XDP counters.");
         for (counter, v) in &net.global {
             o.sample("lb_xdp_global_total", &[("counter", counter)], v);

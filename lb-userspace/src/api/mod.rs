@@ -16,6 +16,7 @@ mod read;
 mod sessions;
 mod stats_csv;
 pub mod status;
+pub mod table;
 mod ui;
 mod view;
 pub mod write_back;
@@ -67,6 +68,7 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
         .route("/api/v1/status", get(read::status))
         .route("/api/v1/vservices", get(read::vservices))
         .route("/api/v1/vservices/{name}", get(read::vservice))
+        .route("/api/v1/vservices/{name}/table", get(table::table))
         .route("/api/v1/backends", get(read::backends))
         .route("/api/v1/backends/{name}", get(read::backend))
         .route(

@@ -159,13 +159,18 @@ fn print_xdp(x: &Xdp) {
     for v in &st.vips {
         let c = &v.counters;
         println!(
-            "\nvService {} {}/{} {} table={} packets={} bytes={} reply_packets={} reply_bytes={} \
-             new_flows={} drops={} ct_misses={}",
+            "\nvService {} {}/{} {} table={} digest={} packets={} bytes={} reply_packets={} \
+             reply_bytes={} new_flows={} drops={} ct_misses={}",
             v.name,
             host_port(&v.address, &v.ports),
             v.proto,
             v.mode,
             v.table_size,
+            if v.table_digest.is_empty() {
+                "-"
+            } else {
+                &v.table_digest
+            },
             c.packets,
             c.bytes,
             c.reply_packets,

@@ -138,6 +138,11 @@ impl Daemon {
         r
     }
 
+    /// The pin directory of the XDP data path, when this daemon runs one.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pin_dir.as_deref()
+    }
+
     /// XDP counters and backend slots, read from the pinned maps.
     pub fn network_status(&self) -> Option<Result<network::Status>> {
         let dir = self.pin_dir.as_ref()?;

@@ -18,6 +18,11 @@
 //! weight every other round, and so on, so turns stay interleaved and shares follow weights
 //! even when the sum of weights exceeds the table size. Backends are sorted by
 //! `(key, weight, value)` first, so the input order never changes the table.
+//!
+//! A table's digest names what it sends where, not how it is stored: entry `i` contributes
+//! `h(0x03, key of the backend in entry i)`, folded in order as `d = fmix64(d.rotate_left(5)
+//! ^ e)` from `d = h(0x04, table size in decimal)`. Two balancers whose digests agree send
+//! every flow to the same backend, whatever slot numbers their tables hold.
 
 use tracing::error;
 
@@ -75,6 +80,35 @@ pub fn build(backends: &[MaglevBackend<'_>], size: u32) -> Option<Vec<u32>> {
         }
     }
     Some(table)
+}
+
+/// The digest (module docs) of `table`, built from `backends`: entries name backends by
+/// their `value`, the digest by their `key`. An entry whose value no backend has (which
+/// `build` never writes) counts as the empty key.
+pub fn digest(table: &[u32], backends: &[MaglevBackend<'_>]) -> u64 {
+    let by_value: crate::config::FastMap<u32, u64> = backends
+        .iter()
+        .map(|b| (b.value, hash(0x03, b.key)))
+        .collect();
+    let empty = hash(0x03, "");
+    fold(
+        table.len(),
+        table
+            .iter()
+            .map(|v| by_value.get(v).copied().unwrap_or(empty)),
+    )
+}
+
+/// The digest (module docs) of a table given as the key of each entry, in order: what a
+/// dump of the maps gives, to check a reported digest against the table the kernel holds.
+pub fn digest_of_keys<'a>(keys: impl ExactSizeIterator<Item = &'a str>) -> u64 {
+    fold(keys.len(), keys.map(|k| hash(0x03, k)))
+}
+
+fn fold(size: usize, entries: impl Iterator<Item = u64>) -> u64 {
+    entries.fold(hash(0x04, &size.to_string()), |d, e| {
+        fmix64(d.rotate_left(5) ^ e)
+    })
 }
 
 /// True when `n` is prime; table sizes must be prime so every skip walks the whole table.

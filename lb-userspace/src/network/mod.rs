@@ -9,6 +9,7 @@ mod plan;
 mod reflect;
 mod state;
 mod status;
+mod table;
 mod writer;
 
 pub use loader::{
@@ -19,4 +20,5 @@ pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};
 pub(crate) use state::{run_file, write_atomically};
 pub use status::{BackendStatus, Status, VipStatus};
+pub use table::{TableDump, digest_text};
 pub use writer::{apply, apply_plan};

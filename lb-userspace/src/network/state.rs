@@ -31,6 +31,10 @@ pub(crate) struct VipState {
     pub table_size: u32,
     /// Fingerprint of the Maglev input, to skip rebuilding an unchanged table.
     pub table_hash: u64,
+    /// Digest of the table in use, by backend address (`maglev::digest`; 0: no table, or a
+    /// state written before digests existed, rebuilt at the next apply).
+    #[serde(default)]
+    pub table_digest: u64,
     pub backends: Vec<SlotState>,
 }
 

@@ -47,6 +47,9 @@ pub struct VipStatus {
     pub mode: String,
     /// Maglev table size in use (0: no backend takes new flows).
     pub table_size: u32,
+    /// Digest of the table in use (16 hex digits; empty without table): balancers whose
+    /// digests agree send every flow of this VIP to the same backend.
+    pub table_digest: String,
     /// Counters summed over CPUs.
     #[serde(serialize_with = "ser_counters")]
     pub counters: Counters,
@@ -118,6 +121,7 @@ impl DataPath {
                 },
                 mode: if v.dsr { "dsr".into() } else { "nat".into() },
                 table_size: v.table_size,
+                table_digest: super::table::digest_text(v.table_digest),
                 counters: Maps::sum_counters(&self.maps.vip_stats, v.vip_id)?,
                 backends,
             });

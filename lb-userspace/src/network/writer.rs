@@ -143,6 +143,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             dsr: vip.dsr,
             table_size: 0,
             table_hash: 0,
+            table_digest: 0,
             backends: slots,
         });
     }
@@ -150,9 +151,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     // name are written (also in one batch each).
     let mut tables = Vec::new();
     let built = build_tables(vips, &new.vips, &previous_states, &keys)?;
-    for (state, (table_size, table_hash, table)) in new.vips.iter_mut().zip(built) {
+    for (state, (table_size, table_hash, table_digest, table)) in new.vips.iter_mut().zip(built) {
         state.table_size = table_size;
         state.table_hash = table_hash;
+        state.table_digest = table_digest;
         if let Some(table) = table {
             // From one thread: map creation and mmap serialize on kernel locks anyway.
             let inner = batch::maglev_table(&table)
@@ -251,9 +253,9 @@ fn allocate_slot(next: &mut u32, used: &SlotSet, kept: &SlotSet) -> Result<u32> 
     bail!("more than {MAX_BACKEND_SLOTS} backends across all Network vServices")
 }
 
-/// What building one VIP's table gave: (table size, fingerprint of the input, the table to
-/// swap in when the input changed).
-type Built = (u32, u64, Option<Vec<u32>>);
+/// What building one VIP's table gave: (table size, fingerprint of the input, digest of the
+/// table, the table to swap in when the input changed).
+type Built = (u32, u64, u64, Option<Vec<u32>>);
 
 /// Builds the VIP's new Maglev table when its input changed.
 fn build_table(
@@ -277,13 +279,21 @@ fn build_table(
         (m.key, m.weight, m.value).hash(&mut h);
     }
     let fingerprint = h.finish();
-    if let Some(p) = previous.filter(|p| p.table_hash == fingerprint && p.name == vip.name) {
-        return (p.table_size, fingerprint, None);
+    // A state from before digests is rebuilt once, so every table in use has its digest.
+    if let Some(p) = previous.filter(|p| {
+        p.table_hash == fingerprint
+            && p.name == vip.name
+            && (p.table_digest != 0 || p.table_size == 0)
+    }) {
+        return (p.table_size, fingerprint, p.table_digest, None);
     }
     match maglev::build(&members, vip.table_size) {
-        Some(table) => (vip.table_size, fingerprint, Some(table)),
+        Some(table) => {
+            let digest = maglev::digest(&table, &members);
+            (vip.table_size, fingerprint, digest, Some(table))
+        }
         // No backend may take new flows: the VIP drops packets that have no flow.
-        None => (0, fingerprint, None),
+        None => (0, fingerprint, 0, None),
     }
 }
 

@@ -253,3 +253,45 @@ fn thousand_backends_at_65537_build_quickly() {
     assert_eq!(table.len(), BIG as usize);
     assert!(took < limit, "took {took:?}");
 }
+
+/// S-CL4: the same backends stored under other slot numbers, listed in another order, give
+/// other table values but the same digest, and the digest recomputed from the table's keys
+/// (what a dump of the maps shows) is the same too.
+#[test]
+fn digest_depends_on_backends_not_on_slot_numbers() {
+    let k = keys(12);
+    let a = equal(&k, 1);
+    let mut b: Vec<_> = a
+        .iter()
+        .map(|m| MaglevBackend {
+            value: m.value * 31 + 1000,
+            ..*m
+        })
+        .collect();
+    b.reverse();
+    let (ta, tb) = (build(&a, 251).unwrap(), build(&b, 251).unwrap());
+    assert_ne!(ta, tb, "the stored values differ");
+    assert_eq!(digest(&ta, &a), digest(&tb, &b));
+    let by_value: HashMap<u32, &str> = a.iter().map(|m| (m.value, m.key)).collect();
+    let dumped: Vec<&str> = ta.iter().map(|v| by_value[v]).collect();
+    assert_eq!(digest_of_keys(dumped.into_iter()), digest(&ta, &a));
+}
+
+/// S-CL4: a digest tells tables apart: one backend more, another weight, or another size
+/// each change it; and its value is fixed across versions, like the table itself.
+#[test]
+fn digest_changes_with_the_backends_and_is_pinned() {
+    let k = keys(12);
+    let a = equal(&k, 1);
+    let d = digest(&build(&a, 251).unwrap(), &a);
+    let fewer = &a[..11];
+    assert_ne!(digest(&build(fewer, 251).unwrap(), fewer), d);
+    let mut heavier = a.clone();
+    heavier[0].weight = 3;
+    assert_ne!(digest(&build(&heavier, 251).unwrap(), &heavier), d);
+    assert_ne!(digest(&build(&a, 257).unwrap(), &a), d);
+    assert_eq!(format!("{d:016x}"), PINNED_DIGEST);
+}
+
+/// The digest of 12 equal backends at size 251 (`digest_changes_with_the_backends_and_is_pinned`).
+const PINNED_DIGEST: &str = "2f82c430fda08d15";
