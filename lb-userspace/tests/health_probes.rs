@@ -136,6 +136,31 @@ async fn s_hc3_tcp_closed_port_fails_at_once() {
     assert!(result.duration < T / 4, "{result:?}");
 }
 
+// S-HC3 TCP: a target that never answers the SYN fails after T, not before and not much
+// later. A listener whose accept queue is full (backlog 0, one connection waiting) drops
+// every further SYN, which is what a silent server looks like on the wire.
+#[tokio::test]
+async fn s_hc3_tcp_silent_target_fails_after_timeout() {
+    use socket2::{Domain, Socket, Type};
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener
+        .bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let _waiting = std::net::TcpStream::connect(addr).unwrap();
+    for handshake in [Handshake::HalfOpen, Handshake::Full] {
+        let started = Instant::now();
+        let result = run(&TcpProbe::new(addr, T, handshake)).await;
+        assert_failed(&result, "no answer within the timeout");
+        assert!(
+            started.elapsed() >= T && started.elapsed() < T * 2,
+            "{handshake:?}: {result:?} after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 // S-HC2 HTTP: 200 succeeds, and the request is a minimal HTTP/1.1 request.
 #[tokio::test]
 async fn s_hc2_http_200_succeeds_with_minimal_request() {
@@ -389,4 +414,96 @@ async fn s_hc2_ping_ipv6_loopback_answers() {
     }
     let result = run(&PingProbe::new(IpAddr::V6(Ipv6Addr::LOCALHOST), T)).await;
     assert!(result.ok, "{result:?}");
+}
+
+/// Waits (real time, at most 3 s) until `service` is in `state`.
+async fn wait_state(
+    engine: &lb::health::HealthEngine,
+    service: &str,
+    state: lb::health::HealthState,
+) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while engine.snapshot().state(service) != Some(state) {
+        assert!(Instant::now() < deadline, "{service} never reached {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// S-HC5 with real TCP checks, as the daemon runs them (one thread for every TCP check): a
+// listening service reaches OK after RS checks, Error after RF refusals, and a service a
+// reload removed is no longer checked (its target sees no more connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_hc5_engine_tcp_checks_decide_and_stop_with_their_service() {
+    use lb::config::{BackendService, HealthCheck, HealthKind};
+    use lb::health::{HealthEngine, HealthState};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    let server = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let check = HealthCheck {
+        name: "hc".into(),
+        // The full handshake, so the listener counts every check.
+        kind: HealthKind::Tcp(Handshake::Full),
+        period: Duration::from_millis(50),
+        timeout: Duration::from_millis(300),
+        required_successes: 2,
+        required_failures: 2,
+        passive_failures: None,
+    };
+    let service = BackendService {
+        name: "web".into(),
+        address: addr.ip(),
+        address6: None,
+        port: addr.port(),
+        weight: 1,
+        health_check: Some("hc".into()),
+        maintenance: false,
+        backup: false,
+        max_connections: None,
+    };
+    let closed = closed_port().await;
+    let refused = BackendService {
+        name: "gone".into(),
+        port: closed.port(),
+        ..service.clone()
+    };
+    let engine = HealthEngine::start(
+        &[service.clone(), refused.clone()],
+        std::slice::from_ref(&check),
+    );
+    wait_state(&engine, "web", HealthState::Ok).await;
+    wait_state(&engine, "gone", HealthState::Error).await;
+    let last = engine.transitions("gone").pop().expect("a transition");
+    assert!(
+        last.reason.contains("connection refused"),
+        "{}",
+        last.reason
+    );
+    let ok = engine.transitions("web").pop().expect("a transition");
+    assert!(ok.reason.contains("connected in"), "{}", ok.reason);
+
+    // Removed by a reload: no check reaches the target after the removal settled.
+    engine.update(&[refused], std::slice::from_ref(&check));
+    assert_eq!(engine.snapshot().state("web"), None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after_removal = accepted.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        after_removal,
+        "checks went on"
+    );
+    assert!(
+        after_removal >= 2,
+        "the checks reached the target: {after_removal}"
+    );
+    engine.shutdown();
+    server.abort();
 }

@@ -1,5 +1,6 @@
-//! The health engine: one check task per Backend Service with a profile, a lock-free snapshot
-//! of every service's state for the data path, change notifications and per-service logs.
+//! The health engine: the checks of every Backend Service with a profile (TCP checks on the
+//! process's TCP check thread, the others one task each), a lock-free snapshot of every
+//! service's state for the data path, change notifications and per-service logs.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -12,13 +13,14 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{BackendService, HealthCheck, HealthKind, ipv6_health_key};
+use crate::config::{BackendService, Handshake, HealthCheck, HealthKind, ipv6_health_key};
 use crate::stats::{Histogram, HistogramSnapshot};
 
 use super::clock::Clock;
+use super::driver::{self, TcpCheck, TcpDriver};
 use super::history::{CheckRecord, ServiceLog, Transition};
 use super::probe::{NetworkProbes, ProbeFactory};
-use super::scheduler::{self, CheckTask, ForcedError};
+use super::scheduler::{self, CheckBook, CheckTask, ForcedError};
 use super::state::HealthState;
 
 /// Health of one Backend Service as the data path sees it.
@@ -102,6 +104,8 @@ struct Shared {
     clock: Clock,
     options: EngineOptions,
     runtime: tokio::runtime::Handle,
+    /// Where TCP checks run when the probes are real ([`ProbeFactory::tcp_on_driver`]).
+    driver: Option<&'static TcpDriver>,
 }
 
 #[derive(Default)]
@@ -124,7 +128,7 @@ const PUBLISH_GAP: Duration = Duration::from_millis(50);
 struct Entry {
     spec: Spec,
     state: HealthState,
-    task: Option<(u64, JoinHandle<()>)>,
+    task: Option<(u64, Running)>,
     log: Arc<Mutex<ServiceLog>>,
     /// Tells the check task that live traffic decided Error (passive health).
     forced_error: Arc<ForcedError>,
@@ -164,6 +168,11 @@ impl HealthEngine {
             .runtime
             .clone()
             .unwrap_or_else(tokio::runtime::Handle::current);
+        let driver = options
+            .probes
+            .tcp_on_driver()
+            .then(driver::shared)
+            .flatten();
         let engine = HealthEngine {
             shared: Arc::new(Shared {
                 snapshot: ArcSwap::from_pointee(HealthSnapshot::default()),
@@ -173,6 +182,7 @@ impl HealthEngine {
                 clock: Clock::start(),
                 options,
                 runtime,
+                driver,
             }),
         };
         let restored = engine.shared.options.restored.clone();
@@ -529,7 +539,7 @@ fn spawn_check(
     service: &BackendService,
     profile: &Arc<HealthCheck>,
     start: Start,
-) -> JoinHandle<()> {
+) -> Running {
     let Start {
         task_id,
         log,
@@ -554,7 +564,7 @@ fn spawn_check(
         let clock = shared.clock;
         let passive =
             scheduler::run_passive(name, return_after, forced_error, initial, clock, on_change);
-        return shared.runtime.spawn(passive);
+        return Running::Task(shared.runtime.spawn(passive));
     };
     let first_delay = if shared.options.spread_first_checks && !profile.period.is_zero() {
         rand::rng().random_range(Duration::ZERO..profile.period)
@@ -568,7 +578,6 @@ fn spawn_check(
     );
     let task = CheckTask {
         name: service.name.clone(),
-        probe,
         durations,
         profile: Arc::clone(profile),
         first_delay,
@@ -577,12 +586,33 @@ fn spawn_check(
         initial,
         forced_error,
     };
-    shared.runtime.spawn(scheduler::run(task, on_change))
+    if let (Some(driver), HealthKind::Tcp(handshake)) = (&shared.driver, &profile.kind)
+        && service.port != 0
+    {
+        let id = driver.add(TcpCheck {
+            addr: std::net::SocketAddr::new(service.address, service.port),
+            half_open: *handshake == Handshake::HalfOpen,
+            first_delay,
+            book: CheckBook::new(&task, on_change),
+        });
+        return Running::Driver(driver, id);
+    }
+    Running::Task(shared.runtime.spawn(scheduler::run(task, probe, on_change)))
+}
+
+/// Where a service's checks run.
+enum Running {
+    /// A task of its own on the engine's runtime.
+    Task(JoinHandle<()>),
+    /// The TCP driver's thread, under the id it gave.
+    Driver(&'static TcpDriver, u64),
 }
 
 fn abort(entry: &mut Entry) {
-    if let Some((_, handle)) = entry.task.take() {
-        handle.abort();
+    match entry.task.take() {
+        Some((_, Running::Task(handle))) => handle.abort(),
+        Some((_, Running::Driver(driver, id))) => driver.remove(id),
+        None => {}
     }
 }
 

@@ -58,6 +58,12 @@ pub trait ProbeFactory: Send + Sync {
     /// Returns the probe that checks `service` as `check` describes; None for a profile
     /// with no active check (`type = "passive"`).
     fn build(&self, service: &BackendService, check: &HealthCheck) -> Option<Arc<dyn Probe>>;
+
+    /// True when the engine may run this factory's TCP checks on the process's TCP check
+    /// thread (real sockets, real time) instead of through `build`'s probe, one task each.
+    fn tcp_on_driver(&self) -> bool {
+        false
+    }
 }
 
 /// The production factory: real ICMP, TCP, HTTP(S) and DNS probes.
@@ -76,6 +82,10 @@ impl ProbeFactory for NetworkProbes {
             HealthKind::Dns(dns) => Arc::new(DnsProbe::new(addr, dns.clone(), timeout)),
             HealthKind::Passive { .. } => return None,
         })
+    }
+
+    fn tcp_on_driver(&self) -> bool {
+        true
     }
 }
 

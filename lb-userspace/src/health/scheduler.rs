@@ -23,8 +23,6 @@ const MIN_PERIOD: Duration = Duration::from_millis(10);
 pub(crate) struct CheckTask {
     /// Backend Service name, for logs.
     pub name: String,
-    /// The target.
-    pub probe: Arc<dyn Probe>,
     /// Where each check's duration is counted (one histogram per profile).
     pub durations: Arc<Histogram>,
     /// Period, Timeout, RS and RF come from here (shared by the profile's services).
@@ -112,69 +110,107 @@ fn fmt_secs(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
 }
 
-/// Runs checks until the task is aborted; `on_change` receives every state change.
-pub(crate) async fn run(task: CheckTask, on_change: impl Fn(Transition) + Send) {
-    let CheckTask {
-        name,
-        probe,
-        durations,
-        profile,
-        first_delay,
-        log,
-        clock,
-        initial,
-        forced_error,
-    } = task;
-    let period = profile.period.max(MIN_PERIOD);
-    let mut machine = StateMachine::new(profile.required_successes, profile.required_failures)
-        .starting_in(initial);
-    sleep(first_delay).await;
-    loop {
-        let started = Instant::now();
-        let result = match timeout(profile.timeout, probe.check()).await {
-            Ok(result) => result,
-            Err(_) => ProbeResult::failure(
-                format!("no answer within the timeout ({})", fmt_ms(profile.timeout)),
-                profile.timeout,
-            ),
-        };
-        let duration = started.elapsed();
-        durations.observe(duration);
+/// What happens after each check, wherever it ran (a task of its own, or the TCP driver):
+/// the result is logged and counted, and the state machine decides (S-HC3, S-HC5).
+pub(crate) struct CheckBook {
+    name: String,
+    durations: Arc<Histogram>,
+    profile: Arc<HealthCheck>,
+    log: Arc<Mutex<ServiceLog>>,
+    clock: Clock,
+    machine: StateMachine,
+    forced_error: Arc<ForcedError>,
+    on_change: Box<dyn Fn(Transition) + Send>,
+}
+
+impl CheckBook {
+    /// The book of `task`'s service; `on_change` receives every state change.
+    pub(crate) fn new(task: &CheckTask, on_change: impl Fn(Transition) + Send + 'static) -> Self {
+        let profile = Arc::clone(&task.profile);
+        Self {
+            name: task.name.clone(),
+            durations: Arc::clone(&task.durations),
+            machine: StateMachine::new(profile.required_successes, profile.required_failures)
+                .starting_in(task.initial),
+            profile,
+            log: Arc::clone(&task.log),
+            clock: task.clock,
+            forced_error: Arc::clone(&task.forced_error),
+            on_change: Box::new(on_change),
+        }
+    }
+
+    /// The profile's period, never below the shortest one honoured.
+    pub(crate) fn period(&self) -> Duration {
+        self.profile.period.max(MIN_PERIOD)
+    }
+
+    /// The profile's Timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.profile.timeout
+    }
+
+    /// Records one check that started at `started` and lasted `duration`.
+    pub(crate) fn record(&mut self, started: Instant, duration: Duration, ok: bool, reason: &str) {
+        self.durations.observe(duration);
         let record = CheckRecord {
-            at: clock.stamp(started),
+            at: self.clock.stamp(started),
             duration,
-            ok: result.ok,
+            ok,
         };
-        log.lock()
+        self.log
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push_check(record, &result.reason);
-        if forced_error.take() {
-            machine = StateMachine::new(profile.required_successes, profile.required_failures)
+            .push_check(record, reason);
+        let profile = &self.profile;
+        if self.forced_error.take() {
+            self.machine = StateMachine::new(profile.required_successes, profile.required_failures)
                 .starting_in(HealthState::Error);
         }
-        let before = machine.state();
-        if let Some(after) = machine.observe(result.ok) {
-            let (count, word) = if result.ok {
+        let before = self.machine.state();
+        if let Some(after) = self.machine.observe(ok) {
+            let (count, word) = if ok {
                 (profile.required_successes.max(1), "successes")
             } else {
                 (profile.required_failures.max(1), "failures")
             };
             let reason = format!(
-                "{count} consecutive {word}; last check: {} ({})",
-                result.reason,
+                "{count} consecutive {word}; last check: {reason} ({})",
                 fmt_ms(duration)
             );
-            tracing::info!(service = %name, from = %before, to = %after, %reason, "health state changed");
-            on_change(Transition {
-                at: clock.now(),
+            tracing::info!(service = %self.name, from = %before, to = %after, %reason, "health state changed");
+            (self.on_change)(Transition {
+                at: self.clock.now(),
                 from: before,
                 to: after,
                 reason,
                 check_duration: duration,
             });
         } else {
-            tracing::trace!(service = %name, ok = result.ok, reason = %result.reason, "health check");
+            tracing::trace!(service = %self.name, ok, reason, "health check");
         }
+    }
+}
+
+/// Runs checks until the task is aborted; `on_change` receives every state change.
+pub(crate) async fn run(
+    task: CheckTask,
+    probe: Arc<dyn Probe>,
+    on_change: impl Fn(Transition) + Send + 'static,
+) {
+    let mut book = CheckBook::new(&task, on_change);
+    let (period, limit) = (book.period(), book.timeout());
+    sleep(task.first_delay).await;
+    loop {
+        let started = Instant::now();
+        let result = match timeout(limit, probe.check()).await {
+            Ok(result) => result,
+            Err(_) => ProbeResult::failure(
+                format!("no answer within the timeout ({})", fmt_ms(limit)),
+                limit,
+            ),
+        };
+        book.record(started, started.elapsed(), result.ok, &result.reason);
         sleep(period).await;
     }
 }

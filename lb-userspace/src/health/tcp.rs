@@ -9,17 +9,19 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::Handshake;
 
-use super::probe::{BoxFuture, Probe, ProbeResult, fmt_ms};
+use super::driver::{self, OnceCheck};
+use super::probe::{BoxFuture, Probe, ProbeResult};
 
-/// Connects to one address:port.
+/// Connects to one address:port, on the process's TCP check thread (the engine's TCP
+/// checks run there too, so this is the same check on the wire).
 #[derive(Clone, Debug)]
 pub struct TcpProbe {
     addr: SocketAddr,
@@ -46,25 +48,22 @@ impl TcpProbe {
                 start.elapsed(),
             );
         }
-        let deadline = start + self.timeout;
-        let (connected, word) = match self.handshake {
-            Handshake::HalfOpen => (connect_half_open(self.addr, deadline).await, "SYN-ACK"),
-            Handshake::Full => (connect(self.addr, deadline).await, "connected"),
+        let Some(driver) = driver::shared() else {
+            return ProbeResult::failure(
+                "the TCP check thread could not be started",
+                start.elapsed(),
+            );
         };
-        match connected {
-            Ok(stream) => {
-                // Close with RST, as HAProxy does for checks: a FIN would leave a TIME_WAIT
-                // socket per check (600,000 of them at 10,000 checks per second), and in the
-                // half-open case the RST also stands in for the delayed ACK.
-                let _ = stream.set_zero_linger();
-                drop(stream);
-                ProbeResult::success(
-                    format!("{word} in {}", fmt_ms(start.elapsed())),
-                    start.elapsed(),
-                )
-            }
-            Err(reason) => ProbeResult::failure(reason, start.elapsed()),
-        }
+        let (reply, result) = oneshot::channel();
+        driver.once(OnceCheck {
+            addr: self.addr,
+            half_open: self.handshake == Handshake::HalfOpen,
+            timeout: self.timeout,
+            reply,
+        });
+        result.await.unwrap_or_else(|_| {
+            ProbeResult::failure("the TCP check thread dropped the check", start.elapsed())
+        })
     }
 }
 
@@ -84,45 +83,6 @@ pub(crate) async fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpSt
         }
         Ok(Err(e)) => Err(describe_io("connect", &e)),
         Err(_) => Err("connect: no answer before the timeout".to_string()),
-    }
-}
-
-/// Connects before `deadline` with the final ACK of the handshake held back: in quick-ACK-off
-/// ("ping-pong") mode the kernel answers the SYN-ACK with a delayed ACK (up to 200 ms later),
-/// and the caller's zero-linger close sends RST long before that.
-async fn connect_half_open(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(|e| describe_io("socket", &e))?;
-    quick_ack_off(&socket).map_err(|e| describe_io("setsockopt TCP_QUICKACK", &e))?;
-    match timeout_at(deadline, socket.connect(addr)).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err(describe_io("connect", &e)),
-        Err(_) => Err("connect: no answer before the timeout".to_string()),
-    }
-}
-
-/// Clears TCP_QUICKACK, which neither std nor tokio expose.
-fn quick_ack_off(socket: &TcpSocket) -> io::Result<()> {
-    let off: libc::c_int = 0;
-    // SAFETY: the descriptor is open (owned by `socket`), and the option value is a c_int
-    // that lives across the call, with its true size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            (&raw const off).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
