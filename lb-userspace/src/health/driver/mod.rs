@@ -35,6 +35,11 @@ use check::{Opened, Sink, Slot};
 /// The token of the driver's own wake-up (commands are waiting).
 const WAKE: Token = Token(usize::MAX);
 
+/// Timers run between two polls for answers. A half-open check must close its socket before
+/// the kernel's delayed ACK goes out (40 ms after the SYN-ACK): after a stall, thousands of
+/// due checks started in one go would hold back the answers of the first ones that long.
+const TIMERS_PER_TURN: usize = 128;
+
 /// One service's TCP check, as the engine hands it over.
 pub(crate) struct TcpCheck {
     /// The target.
@@ -266,9 +271,13 @@ impl Loop {
         self.free.push(index);
     }
 
-    /// Runs every timer that is due.
+    /// Runs the timers that are due, at most [`TIMERS_PER_TURN`]; the next turn's poll
+    /// does not wait while more are due.
     fn fire(&mut self, now: Instant) {
-        while let Some(Reverse((at, index, generation, due))) = self.timers.peek().copied() {
+        for _ in 0..TIMERS_PER_TURN {
+            let Some(Reverse((at, index, generation, due))) = self.timers.peek().copied() else {
+                return;
+            };
             if at > now {
                 return;
             }
