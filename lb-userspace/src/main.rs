@@ -345,6 +345,7 @@ fn daemon(r: &RunArgs) -> Result<()> {
         restore_within: seconds(r.restore_within, "--restore-within")?,
     };
     let cfg = read_config(&t.config)?;
+    lb::routing::check(&cfg.bgp)?;
     let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());
     if !has_network && t.ifaces.is_empty() && cfg.xdp.interfaces.is_empty() {
         info!("no Network vService and no interface: running without XDP");

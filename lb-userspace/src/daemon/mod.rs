@@ -194,6 +194,7 @@ impl Daemon {
         let _one = self.applying.lock().await;
         // Plan first: a configuration the data path cannot take changes nothing.
         network::plan(&cfg, &|_| crate::selection::Health::Ok)?;
+        crate::routing::check(&cfg.bgp)?;
         let cfg = Arc::new(cfg);
         // Listeners next: one that cannot bind rejects the whole change.
         self.proxy.update(cfg.clone()).await?;
@@ -363,6 +364,7 @@ pub async fn start_with(
         restore_within,
     } = options;
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
+    crate::routing::check(&cfg.bgp)?;
     let cfg = Arc::new(cfg);
     let selections = Arc::new(Published::default());
     let engine_thread = EngineThread::start().context("starting the health checks' thread")?;

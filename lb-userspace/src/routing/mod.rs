@@ -14,3 +14,20 @@ mod table;
 
 pub use error::RoutingError;
 pub use table::{PROTOCOL, VipRoutes, withdraw_all};
+
+use crate::config::BgpSettings;
+
+/// Refuses settings whose `bgp.device` does not exist in this network namespace, so that
+/// `lb run` or a reload with it fails with the reason instead of announcing nothing.
+pub fn check(settings: &BgpSettings) -> Result<(), RoutingError> {
+    let Some(name) = settings.device.as_ref().filter(|_| settings.enabled) else {
+        return Ok(());
+    };
+    let c = std::ffi::CString::new(name.as_str())
+        .map_err(|_| RoutingError::NoDevice(name.clone()))?;
+    // SAFETY: a valid NUL-terminated string; the call only reads it.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(RoutingError::NoDevice(name.clone())),
+        _ => Ok(()),
+    }
+}
