@@ -8,9 +8,9 @@
 //!     |
 //!  router ns (c 10.210.0.1/30; lN 10.210.N.1/30; seg 10.210.20.1/24; AS 65000;
 //!             BIRD: merge paths, BFD; fib_multipath_hash_policy=1)
-//!     |  lN <-> up
-//!  balancer N ns (up 10.210.N.2/30, AS 6500N; down 10.210.20.1N/24; lb run + BIRD)
-//!     |  down <-> pN (bridge port)
+//!     |  lN <-> wan0
+//!  balancer N ns (wan0 10.210.N.2/30, AS 6500N; seg0 10.210.20.1N/24; lb run + BIRD)
+//!     |  seg0 <-> pN (bridge port)
 //!  segment ns (bridge br0: pN, pr, pbM)
 //!     |  pbM <-> eth0
 //!  backend M ns (eth0 10.210.20.10M/24, default via 10.210.20.1; VIPs on lo, ARP off)
@@ -173,19 +173,21 @@ impl ScaleTopology {
         for b in &self.balancers {
             let i = b.index;
             let l = &b.ns;
-            veth(r, &format!("l{i}"), l, "up")?;
+            // bpf_fib_lookup answers only for an ingress device that forwards.
+            l.sysctl(&[("net.ipv4.ip_forward", "1")])?;
+            veth(r, &format!("l{i}"), l, "wan0")?;
             r.ip(&["addr", "add", &format!("10.210.{i}.1/30"), "dev", &format!("l{i}")])?;
-            l.ip(&["addr", "add", &format!("{}/30", balancer_addr(i)), "dev", "up"])?;
+            l.ip(&["addr", "add", &format!("{}/30", balancer_addr(i)), "dev", "wan0"])?;
             up(r, &format!("l{i}"))?;
-            up(l, "up")?;
+            up(l, "wan0")?;
             l.ip(&["route", "add", "default", "via", &format!("10.210.{i}.1")])?;
-            veth(l, "down", s, &format!("p{i}"))?;
-            l.ip(&["addr", "add", &format!("10.210.20.1{i}/24"), "dev", "down"])?;
-            up(l, "down")?;
+            veth(l, "seg0", s, &format!("p{i}"))?;
+            l.ip(&["addr", "add", &format!("10.210.20.1{i}/24"), "dev", "seg0"])?;
+            up(l, "seg0")?;
             port(s, &format!("p{i}"))?;
-            // Frames XDP redirects into `down` arrive on the bridge port: GRO on there.
-            offload(l, "up", false)?;
-            offload(l, "down", false)?;
+            // Frames XDP redirects into `seg0` arrive on the bridge port: GRO on there.
+            offload(l, "wan0", false)?;
+            offload(l, "seg0", false)?;
             offload(s, &format!("p{i}"), true)?;
             offload(r, &format!("l{i}"), true)?;
         }
@@ -256,7 +258,7 @@ impl ScaleTopology {
             .replace("LOCAL_AS", &(65000 + i).to_string())
             .replace("PEER_ADDRESS", &format!("10.210.{i}.1"))
             .replace("PEER_AS", &ROUTER_AS.to_string())
-            .replace("UPLINK", "up");
+            .replace("UPLINK", "wan0");
         let bird = Bird::start(&b.ns, &b.dir, "bird", &filled)?;
         self.balancers[i - 1].bird = Some(bird);
         Ok(())
@@ -268,13 +270,13 @@ impl ScaleTopology {
         std::fs::write(&b.config, toml).with_context(|| format!("writing {}", b.config.display()))
     }
 
-    /// Starts `lb run` on balancer `i` (XDP on `up` and `down`, its own pin directory).
+    /// Starts `lb run` on balancer `i` (XDP on `wan0` and `seg0`, its own pin directory).
     pub fn start_lb(&mut self, i: usize) -> Result<()> {
         lbctl::ensure_bpffs()?;
         let b = self.balancer(i)?;
         let (config, pin) = (b.config.display().to_string(), b.pin_dir.display().to_string());
         let args = [
-            "run", "--config", &config, "--iface", "up", "--iface", "down", "--pin-dir", &pin,
+            "run", "--config", &config, "--iface", "wan0", "--iface", "seg0", "--pin-dir", &pin,
         ];
         let daemon = Daemon::start(&b.ns.path(), &args, &b.dir.join("lb.log"))?;
         self.balancers[i - 1].daemon = Some(daemon);
@@ -389,7 +391,17 @@ fn http(method: &str, path: &str) -> Result<String> {
 impl Drop for ScaleTopology {
     fn drop(&mut self) {
         self.servers.stop();
+        // SIGTERM first, all at once, so each `lb run` removes its own files; the drop
+        // of a daemon that did not exit kills it.
         for b in &mut self.balancers {
+            if let Some(d) = b.daemon.as_mut() {
+                let _ = d.signal(libc::SIGTERM);
+            }
+        }
+        for b in &mut self.balancers {
+            if let Some(d) = b.daemon.as_mut() {
+                let _ = d.wait_exit(Duration::from_secs(10));
+            }
             b.daemon = None;
             b.bird = None;
             if b.pin_dir.exists() && std::fs::remove_dir_all(&b.pin_dir).is_err() {
