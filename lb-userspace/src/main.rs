@@ -203,7 +203,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::BirdConfig { config } => {
             let cfg = read_config(&config)?;
             if !cfg.bgp.enabled {
-                warn!("[bgp] is not enabled in {}: lb run keeps no VIP routes", config.display());
+                warn!(
+                    "[bgp] is not enabled in {}: lb run keeps no VIP routes",
+                    config.display()
+                );
             }
             print!("{}", lb::routing::bird::snippet(&cfg.bgp));
             Ok(())

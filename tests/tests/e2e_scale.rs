@@ -73,7 +73,9 @@ fn setup(configs: [String; 3]) -> (ScaleTopology, Vec<lb_tests::netns::ServerSto
     let mut topo = ScaleTopology::new(3, 3, &[VIP, SPARE_VIP]).expect("scale-out topology");
     let mut spare = Vec::new();
     for b in &topo.backends {
-        topo.servers.spawn_tcp(&b.ns, &b.name, PORT).expect("server");
+        topo.servers
+            .spawn_tcp(&b.ns, &b.name, PORT)
+            .expect("server");
     }
     for b in topo.backends.iter().take(2) {
         let stop = topo
@@ -89,7 +91,8 @@ fn setup(configs: [String; 3]) -> (ScaleTopology, Vec<lb_tests::netns::ServerSto
     for i in 1..=3 {
         topo.start_balancer_bird(i).expect("balancer bird");
     }
-    topo.start_router_bird(&[VIP, SPARE_VIP]).expect("router bird");
+    topo.start_router_bird(&[VIP, SPARE_VIP])
+        .expect("router bird");
     for vip in [VIP, SPARE_VIP] {
         if let Err(e) = topo.wait_paths(vip, &paths(&[1, 2, 3]), Duration::from_secs(40)) {
             panic!("{e:#}\n{}", diagnostics(&topo));
@@ -107,10 +110,13 @@ fn diagnostics(topo: &ScaleTopology) -> String {
             b.index,
             topo.vip_routes(b.index),
             topo.api(b.index, "GET", "/api/v1/node").ok(),
-            b.daemon.as_ref().map(|d| {
-                let log = d.log();
-                log[log.len().saturating_sub(1500)..].to_owned()
-            }).unwrap_or_default()
+            b.daemon
+                .as_ref()
+                .map(|d| {
+                    let log = d.log();
+                    log[log.len().saturating_sub(1500)..].to_owned()
+                })
+                .unwrap_or_default()
         );
         if let Some(bird) = &b.bird {
             out += &format!("bird: {:?}\n", bird.birdc(&["show", "protocols"]));
@@ -134,10 +140,20 @@ fn new_flows(topo: &ScaleTopology) -> Vec<u64> {
 
 /// A counter of `web` on balancer `i` (`lb status --json`).
 fn vip_counter(topo: &ScaleTopology, i: usize, name: &str) -> u64 {
-    let pin = topo.balancer(i).expect("balancer").pin_dir.display().to_string();
-    let out = topo.lb(i, &["status", "--pin-dir", &pin, "--json"]).expect("lb status");
+    let pin = topo
+        .balancer(i)
+        .expect("balancer")
+        .pin_dir
+        .display()
+        .to_string();
+    let out = topo
+        .lb(i, &["status", "--pin-dir", &pin, "--json"])
+        .expect("lb status");
     let json: serde_json::Value = serde_json::from_str(&out).expect("status json");
-    let vips = json["data_path"]["vips"].as_array().or(json["vips"].as_array()).cloned();
+    let vips = json["data_path"]["vips"]
+        .as_array()
+        .or(json["vips"].as_array())
+        .cloned();
     vips.unwrap_or_default()
         .iter()
         .filter(|v| v["name"] == "web")
@@ -165,7 +181,12 @@ fn spread(topo: &ScaleTopology, count: usize) -> Vec<u64> {
             (answered, errors)
         })
         .expect("client");
-    assert_eq!(answered, count, "every new connection is answered: {errors:?}\n{}", diagnostics(topo));
+    assert_eq!(
+        answered,
+        count,
+        "every new connection is answered: {errors:?}\n{}",
+        diagnostics(topo)
+    );
     let after = new_flows(topo);
     after.iter().zip(&before).map(|(a, b)| a - b).collect()
 }
@@ -189,7 +210,11 @@ impl Streams {
                 .expect("open a stream");
             let after = new_flows(topo);
             let moved: Vec<usize> = (0..3).filter(|&k| after[k] > before[k]).collect();
-            assert_eq!(moved.len(), 1, "one balancer took the stream: {before:?} -> {after:?}");
+            assert_eq!(
+                moved.len(),
+                1,
+                "one balancer took the stream: {before:?} -> {after:?}"
+            );
             held.push((moved[0] + 1, conn));
         }
         Streams { held }
@@ -238,12 +263,18 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
     let counts = spread(&topo, 300);
     eprintln!("300 new connections over balancers 1/2/3: {counts:?}");
     assert_eq!(counts.iter().sum::<u64>(), 300, "{counts:?}");
-    assert!(share_ok(&counts, &[1, 2, 3], 0.20, 0.45), "spread {counts:?}");
+    assert!(
+        share_ok(&counts, &[1, 2, 3], 0.20, 0.45),
+        "spread {counts:?}"
+    );
 
     let mut streams = Streams::open(&topo, 45);
     let held = streams.per_balancer();
     eprintln!("45 echo streams over balancers: {held:?}");
-    assert!((1..=3).all(|i| held.get(&i).copied().unwrap_or(0) >= 3), "{held:?}");
+    assert!(
+        (1..=3).all(|i| held.get(&i).copied().unwrap_or(0) >= 3),
+        "{held:?}"
+    );
     assert!(streams.echo_all("before").is_empty());
 
     // Balancer 1 dies (its link to the router goes down): the router drops its path
@@ -257,11 +288,17 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
     eprintln!("balancer 1 down: the router dropped its path after {gone:?}");
     assert!(t0.elapsed() < Duration::from_secs(3));
     let failed = streams.echo_all("l1-down");
-    assert!(failed.is_empty(), "streams reset after balancer 1 died: {failed:?}");
-    let misses = vip_counter(&topo, 2, "ct_misses") + vip_counter(&topo, 3, "ct_misses")
-        - misses_before;
+    assert!(
+        failed.is_empty(),
+        "streams reset after balancer 1 died: {failed:?}"
+    );
+    let misses =
+        vip_counter(&topo, 2, "ct_misses") + vip_counter(&topo, 3, "ct_misses") - misses_before;
     eprintln!("connection-table misses re-hashed on balancers 2 and 3: {misses}");
-    assert!(misses > 0, "the moved streams reached balancers that never saw their SYN");
+    assert!(
+        misses > 0,
+        "the moved streams reached balancers that never saw their SYN"
+    );
     let counts = spread(&topo, 150);
     eprintln!("150 new connections with balancer 1 down: {counts:?}");
     assert_eq!(counts[0], 0);
@@ -274,7 +311,10 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
         .unwrap_or_else(|e| panic!("{e:#}\n{}", diagnostics(&topo)));
     eprintln!("balancer 1 up: its path came back after {back:?}");
     let failed = streams.echo_all("l1-back");
-    assert!(failed.is_empty(), "streams reset after balancer 1 returned: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "streams reset after balancer 1 returned: {failed:?}"
+    );
 
     // A restart of lb run withdraws nothing (S-AN3): kill -9, then SIGTERM, on balancer 3,
     // while the router's paths are watched every 10 ms.
@@ -294,10 +334,17 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(topo.vip_routes(3).expect("table"), routes, "the routes stayed as they were");
+        assert_eq!(
+            topo.vip_routes(3).expect("table"),
+            routes,
+            "the routes stayed as they were"
+        );
     }
     let failed = streams.echo_all("restarted");
-    assert!(failed.is_empty(), "streams reset across restarts: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "streams reset across restarts: {failed:?}"
+    );
 
     // Drain balancer 2 (S-AN2): its routes go at once, established streams keep working,
     // and `lb node drain` reports when it has gone quiet. It stays drained across a restart.
@@ -308,7 +355,11 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
     assert!(drain.contains("quiet"), "{drain}");
     topo.wait_paths(VIP, &paths(&[1, 3]), Duration::from_secs(2))
         .expect("drained balancer's path gone");
-    assert_eq!(topo.vip_routes(2).expect("table").trim(), "", "no route left when drained");
+    assert_eq!(
+        topo.vip_routes(2).expect("table").trim(),
+        "",
+        "no route left when drained"
+    );
     let failed = streams.echo_all("drained");
     assert!(failed.is_empty(), "streams reset by the drain: {failed:?}");
     let mut daemon = topo.balancers[1].daemon.take().expect("daemon");
@@ -345,15 +396,21 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
             .unwrap_or_else(|| panic!("{node}"));
         assert_eq!(spare_vip["announced"], false, "{node}");
         assert!(
-            spare_vip["reason"].as_str().unwrap_or("").contains("no Backend Service"),
+            spare_vip["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no Backend Service"),
             "{node}"
         );
     }
     assert_eq!(topo.router_paths(VIP).expect("paths"), paths(&[1, 2, 3]));
     let metrics = topo.api_text(1, "GET", "/metrics").expect("metrics");
     assert!(
-        metrics.contains(&format!("lb_vip_announced{{vip=\"{VIP}\",table=\"100\"}} 1"))
-            && metrics.contains(&format!("lb_vip_announced{{vip=\"{SPARE_VIP}\",table=\"100\"}} 0")),
+        metrics.contains(&format!(
+            "lb_vip_announced{{vip=\"{VIP}\",table=\"100\"}} 1"
+        )) && metrics.contains(&format!(
+            "lb_vip_announced{{vip=\"{SPARE_VIP}\",table=\"100\"}} 0"
+        )),
         "{metrics}"
     );
 }
@@ -371,7 +428,10 @@ fn scale_negative_control_different_backend_set_resets_moved_flows() {
     let held = streams.per_balancer();
     eprintln!("45 echo streams over balancers: {held:?}");
     let on_l1 = held.get(&1).copied().unwrap_or(0);
-    assert!(on_l1 >= 5, "enough streams through balancer 1 to see resets: {held:?}");
+    assert!(
+        on_l1 >= 5,
+        "enough streams through balancer 1 to see resets: {held:?}"
+    );
     assert!(streams.echo_all("before").is_empty());
     topo.set_uplink(1, false).expect("link down");
     topo.wait_paths(VIP, &paths(&[2, 3]), Duration::from_secs(2))

@@ -51,7 +51,9 @@ pub(super) async fn run(cmd: NodeCommand) -> Result<()> {
             let answer = call(&opts, Method::POST, "/api/v1/node/drain").await?;
             show(&opts, &answer);
             if !opts.json {
-                println!("drained: every VIP route withdrawn; established flows are still forwarded");
+                println!(
+                    "drained: every VIP route withdrawn; established flows are still forwarded"
+                );
             }
             watch(&opts, Duration::from_secs(timeout), quiet_packets).await
         }
@@ -119,7 +121,10 @@ async fn watch(opts: &ApiOpts, timeout: Duration, quiet_packets: u64) -> Result<
         Some((t["new_flows"].as_u64()?, t["packets"].as_u64()?))
     };
     let start = Instant::now();
-    let mut last = (Instant::now(), totals(&call(opts, Method::GET, "/api/v1/node").await?));
+    let mut last = (
+        Instant::now(),
+        totals(&call(opts, Method::GET, "/api/v1/node").await?),
+    );
     if last.1.is_none() {
         println!("no XDP data path: nothing to wait for");
         return Ok(());
@@ -127,14 +132,20 @@ async fn watch(opts: &ApiOpts, timeout: Duration, quiet_packets: u64) -> Result<
     let mut quiet_rounds = 0;
     while start.elapsed() < timeout {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = (Instant::now(), totals(&call(opts, Method::GET, "/api/v1/node").await?));
+        let now = (
+            Instant::now(),
+            totals(&call(opts, Method::GET, "/api/v1/node").await?),
+        );
         let (Some((f0, p0)), Some((f1, p1))) = (last.1, now.1) else {
             bail!("the data path's counters could not be read");
         };
         let secs = now.0.duration_since(last.0).as_secs_f64().max(0.001);
         let flows = (f1.saturating_sub(f0) as f64 / secs).round() as u64;
         let packets = (p1.saturating_sub(p0) as f64 / secs).round() as u64;
-        println!("  {:>4} s: {flows} new flows/s, {packets} packets/s", start.elapsed().as_secs());
+        println!(
+            "  {:>4} s: {flows} new flows/s, {packets} packets/s",
+            start.elapsed().as_secs()
+        );
         quiet_rounds = if flows == 0 && packets <= quiet_packets {
             quiet_rounds + 1
         } else {

@@ -132,12 +132,17 @@ pub(crate) struct Inputs {
 }
 
 /// Each VIP address with its vServices and whether one of them can take new traffic.
-fn decide(cfg: &Config, network: Option<&NetworkStatus>) -> BTreeMap<IpAddr, (Vec<String>, String, bool)> {
+fn decide(
+    cfg: &Config,
+    network: Option<&NetworkStatus>,
+) -> BTreeMap<IpAddr, (Vec<String>, String, bool)> {
     let mut out: BTreeMap<IpAddr, (Vec<String>, String, bool)> = BTreeMap::new();
     let Some(status) = network else {
         for vs in cfg.vservices.iter().filter(|v| v.kind.is_network()) {
             for a in vs.vips() {
-                let e = out.entry(a).or_insert_with(|| (Vec::new(), String::new(), false));
+                let e = out
+                    .entry(a)
+                    .or_insert_with(|| (Vec::new(), String::new(), false));
                 e.0.push(vs.name.clone());
                 e.1 = "the XDP data path is not loaded".into();
             }
@@ -155,7 +160,9 @@ fn decide(cfg: &Config, network: Option<&NetworkStatus>) -> BTreeMap<IpAddr, (Ve
     let write_error = status.last_error();
     for p in plans {
         let can = p.backends.iter().any(|b| b.active && b.weight > 0);
-        let e = out.entry(p.address).or_insert_with(|| (Vec::new(), String::new(), false));
+        let e = out
+            .entry(p.address)
+            .or_insert_with(|| (Vec::new(), String::new(), false));
         e.0.push(p.name.clone());
         if can && write_error.is_none() {
             e.2 = true;
@@ -193,7 +200,11 @@ pub(crate) async fn run(
         let drained = announcer.drained();
         let waiting = bgp.enabled && started.elapsed() < bgp.announce_delay;
         let want: BTreeSet<IpAddr> = match (bgp.enabled, drained) {
-            (true, false) => decided.iter().filter(|(_, d)| d.2).map(|(a, _)| *a).collect(),
+            (true, false) => decided
+                .iter()
+                .filter(|(_, d)| d.2)
+                .map(|(a, _)| *a)
+                .collect(),
             _ => BTreeSet::new(),
         };
         let mut error = None;

@@ -467,7 +467,11 @@ pub async fn start_with(
             daemon: Arc::downgrade(&daemon),
             network: daemon.network_status.clone(),
         };
-        tasks.push(tokio::spawn(announce::run(announcer, inputs, stop_rx.clone())));
+        tasks.push(tokio::spawn(announce::run(
+            announcer,
+            inputs,
+            stop_rx.clone(),
+        )));
     }
     if let Some(mut live) = daemon.proxy.take_live_failures() {
         // Passive health (S-RT3): runs of failed live traffic the proxy saw decide Error.

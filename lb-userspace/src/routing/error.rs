@@ -9,7 +9,9 @@ pub enum RoutingError {
     #[error("opening a netlink socket to the kernel's routing tables: {0}")]
     Socket(#[source] std::io::Error),
     /// `bgp.device` names no interface of this network namespace.
-    #[error("bgp.device `{0}` does not exist: create it (e.g. `ip link add {0} type dummy`) or fix the name")]
+    #[error(
+        "bgp.device `{0}` does not exist: create it (e.g. `ip link add {0} type dummy`) or fix the name"
+    )]
     NoDevice(String),
     /// Reading the table failed.
     #[error("reading routing table {table}: {source}")]

@@ -23,8 +23,8 @@ pub fn check(settings: &BgpSettings) -> Result<(), RoutingError> {
     let Some(name) = settings.device.as_ref().filter(|_| settings.enabled) else {
         return Ok(());
     };
-    let c = std::ffi::CString::new(name.as_str())
-        .map_err(|_| RoutingError::NoDevice(name.clone()))?;
+    let c =
+        std::ffi::CString::new(name.as_str()).map_err(|_| RoutingError::NoDevice(name.clone()))?;
     // SAFETY: a valid NUL-terminated string; the call only reads it.
     match unsafe { libc::if_nametoindex(c.as_ptr()) } {
         0 => Err(RoutingError::NoDevice(name.clone())),

@@ -111,10 +111,13 @@ impl VipRoutes {
             };
             let mut routes = self.handle.route().get(query).execute();
             loop {
-                let route = routes.try_next().await.map_err(|source| RoutingError::Dump {
-                    table: self.table,
-                    source,
-                })?;
+                let route = routes
+                    .try_next()
+                    .await
+                    .map_err(|source| RoutingError::Dump {
+                        table: self.table,
+                        source,
+                    })?;
                 let Some(route) = route else { break };
                 if let Some(vip) = self.ours(&route) {
                     out.insert(vip);

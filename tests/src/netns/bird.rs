@@ -41,7 +41,16 @@ impl Bird {
         let conf_s = conf.display().to_string();
         cmd::run("bird", &["-p", "-c", &conf_s]).context("bird -p rejected the configuration")?;
         let child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "bird", "-f", "-c", &conf_s, "-s"])
+            .args([
+                "netns",
+                "exec",
+                ns.name(),
+                "bird",
+                "-f",
+                "-c",
+                &conf_s,
+                "-s",
+            ])
             .arg(&socket)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

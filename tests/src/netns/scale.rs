@@ -176,8 +176,20 @@ impl ScaleTopology {
             // bpf_fib_lookup answers only for an ingress device that forwards.
             l.sysctl(&[("net.ipv4.ip_forward", "1")])?;
             veth(r, &format!("l{i}"), l, "wan0")?;
-            r.ip(&["addr", "add", &format!("10.210.{i}.1/30"), "dev", &format!("l{i}")])?;
-            l.ip(&["addr", "add", &format!("{}/30", balancer_addr(i)), "dev", "wan0"])?;
+            r.ip(&[
+                "addr",
+                "add",
+                &format!("10.210.{i}.1/30"),
+                "dev",
+                &format!("l{i}"),
+            ])?;
+            l.ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", balancer_addr(i)),
+                "dev",
+                "wan0",
+            ])?;
             up(r, &format!("l{i}"))?;
             up(l, "wan0")?;
             l.ip(&["route", "add", "default", "via", &format!("10.210.{i}.1")])?;
@@ -274,9 +286,20 @@ impl ScaleTopology {
     pub fn start_lb(&mut self, i: usize) -> Result<()> {
         lbctl::ensure_bpffs()?;
         let b = self.balancer(i)?;
-        let (config, pin) = (b.config.display().to_string(), b.pin_dir.display().to_string());
+        let (config, pin) = (
+            b.config.display().to_string(),
+            b.pin_dir.display().to_string(),
+        );
         let args = [
-            "run", "--config", &config, "--iface", "wan0", "--iface", "seg0", "--pin-dir", &pin,
+            "run",
+            "--config",
+            &config,
+            "--iface",
+            "wan0",
+            "--iface",
+            "seg0",
+            "--pin-dir",
+            &pin,
         ];
         let daemon = Daemon::start(&b.ns.path(), &args, &b.dir.join("lb.log"))?;
         self.balancers[i - 1].daemon = Some(daemon);
@@ -342,9 +365,7 @@ impl ScaleTopology {
                 return Ok(start.elapsed());
             }
             if start.elapsed() > timeout {
-                bail!(
-                    "the router's paths for {vip} are {now:?}, not {want:?}, after {timeout:?}"
-                );
+                bail!("the router's paths for {vip} are {now:?}, not {want:?}, after {timeout:?}");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -360,7 +381,13 @@ impl ScaleTopology {
             // The balancer's default route went with its link's carrier? It stays (the
             // router's side went down); re-stated in case it did not.
             let b = self.balancer(i)?;
-            b.ns.ip(&["route", "replace", "default", "via", &format!("10.210.{i}.1")])?;
+            b.ns.ip(&[
+                "route",
+                "replace",
+                "default",
+                "via",
+                &format!("10.210.{i}.1"),
+            ])?;
         }
         Ok(())
     }
@@ -419,7 +446,16 @@ impl Drop for ScaleTopology {
 
 fn veth(a: &Netns, a_dev: &str, b: &Netns, b_dev: &str) -> Result<()> {
     a.ip(&[
-        "link", "add", a_dev, "type", "veth", "peer", "name", b_dev, "netns", b.name(),
+        "link",
+        "add",
+        a_dev,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_dev,
+        "netns",
+        b.name(),
     ])
     .map(drop)
 }
@@ -429,7 +465,9 @@ fn up(ns: &Netns, dev: &str) -> Result<()> {
 }
 
 fn port(segment: &Netns, dev: &str) -> Result<()> {
-    segment.ip(&["link", "set", dev, "master", "br0", "up"]).map(drop)
+    segment
+        .ip(&["link", "set", dev, "master", "br0", "up"])
+        .map(drop)
 }
 
 fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {

@@ -14,7 +14,10 @@ use crate::config::raw::{RawBgp, RawTable};
 /// file under /etc, newer iproute2 under /usr/share).
 const NAME_FILES: [&str; 2] = ["/etc/iproute2/rt_tables", "/usr/share/iproute2/rt_tables"];
 /// Folders of extra name files (`*.conf`).
-const NAME_DIRS: [&str; 2] = ["/etc/iproute2/rt_tables.d", "/usr/share/iproute2/rt_tables.d"];
+const NAME_DIRS: [&str; 2] = [
+    "/etc/iproute2/rt_tables.d",
+    "/usr/share/iproute2/rt_tables.d",
+];
 
 /// Validates `[bgp]`. Enabled needs `table` or `device`; a table is a number 1..2^32-1 or
 /// a name iproute2 knows, and not the local, default or unspecified table; the main table
@@ -166,7 +169,11 @@ mod tests {
     fn errors(text: &str) -> Vec<String> {
         match parse(text, "t.toml") {
             Ok(_) => Vec::new(),
-            Err(e) => e.errors.iter().map(|i| format!("{}:{}", i.line, i.message)).collect(),
+            Err(e) => e
+                .errors
+                .iter()
+                .map(|i| format!("{}:{}", i.line, i.message))
+                .collect(),
         }
     }
 
@@ -175,7 +182,10 @@ mod tests {
     fn bad_bgp_settings_are_named_with_their_line() {
         let e = errors("[bgp]\nenabled = true\ntable = \"no-such-table\"\n");
         assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("3:") && e[0].contains("no routing table is named `no-such-table`"), "{e:?}");
+        assert!(
+            e[0].starts_with("3:") && e[0].contains("no routing table is named `no-such-table`"),
+            "{e:?}"
+        );
         let e = errors("[bgp]\nenabled = true\ntable = 254\n");
         assert!(e.len() == 1 && e[0].contains("table 254 (main)"), "{e:?}");
         let e = errors("[bgp]\nenabled = true\ntable = 255\n");
@@ -183,7 +193,10 @@ mod tests {
         let e = errors("[bgp]\nenabled = true\ntable = -4\n");
         assert!(e.len() == 1 && e[0].contains("does not exist"), "{e:?}");
         let e = errors("[bgp]\nenabled = true\n");
-        assert!(e.len() == 1 && e[0].starts_with("2:") && e[0].contains("nowhere"), "{e:?}");
+        assert!(
+            e.len() == 1 && e[0].starts_with("2:") && e[0].contains("nowhere"),
+            "{e:?}"
+        );
         let e = errors("[bgp]\nenabled = true\ndevice = \"a/b\"\n");
         assert!(e.len() == 1 && e[0].starts_with("3:"), "{e:?}");
         let e = errors("[bgp]\nenabled = true\ntable = 100\nannounce_delay = -1\n");
@@ -195,12 +208,19 @@ mod tests {
     /// Good settings: a number, the main table with a device, a built-in name (S-AN).
     #[test]
     fn good_bgp_settings() {
-        let c = parse("[bgp]\nenabled = true\ntable = 100\nannounce_delay = 2.5\n", "t").unwrap();
+        let c = parse(
+            "[bgp]\nenabled = true\ntable = 100\nannounce_delay = 2.5\n",
+            "t",
+        )
+        .unwrap();
         assert!(c.bgp.enabled);
         assert_eq!(c.bgp.table, 100);
         assert_eq!(c.bgp.announce_delay.as_millis(), 2500);
         let c = parse("[bgp]\nenabled = true\ndevice = \"lb-vips\"\n", "t").unwrap();
-        assert_eq!((c.bgp.table, c.bgp.device.as_deref()), (MAIN_TABLE, Some("lb-vips")));
+        assert_eq!(
+            (c.bgp.table, c.bgp.device.as_deref()),
+            (MAIN_TABLE, Some("lb-vips"))
+        );
         let c = parse("", "t").unwrap();
         assert!(!c.bgp.enabled);
     }

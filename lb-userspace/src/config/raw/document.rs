@@ -13,7 +13,7 @@ use super::dns::RawDnsVService;
 use super::recover::{self, Read};
 use super::syntax::Taint;
 use super::{
-    RawApi, RawBackendGroup, RawBgp, RawBackendService, RawCluster, RawHealthCheck, RawProxy,
+    RawApi, RawBackendGroup, RawBackendService, RawBgp, RawCluster, RawHealthCheck, RawProxy,
     RawReflection, RawVService, RawXdp,
 };
 use crate::config::issues::Issues;
