@@ -181,20 +181,16 @@ fn decide(
     out
 }
 
-/// Keeps the table in step until `stop`; leaves every route in place when it stops
-/// (S-AN3). Settings changed by a reload move the routes to the new table.
+/// Keeps the table in step until `stop` (or the daemon is gone); leaves every route in
+/// place when it stops (S-AN3).
 pub(crate) async fn run(
     announcer: Arc<Announcer>,
     inputs: Inputs,
     mut stop: watch::Receiver<bool>,
 ) {
     let started = Instant::now();
-    let mut routes: Option<(BgpSettings, VipRoutes)> = None;
-    let mut last_error: Option<String> = None;
-    loop {
-        let Some(cfg) = inputs.daemon.upgrade().map(|d| d.config()) else {
-            break;
-        };
+    let mut keeper = Keeper::default();
+    while let Some(cfg) = inputs.daemon.upgrade().map(|d| d.config()) {
         let bgp = cfg.bgp.clone();
         let decided = decide(&cfg, inputs.network.as_ref());
         let drained = announcer.drained();
@@ -207,89 +203,20 @@ pub(crate) async fn run(
                 .collect(),
             _ => BTreeSet::new(),
         };
-        let mut error = None;
-        let mut present: Option<BTreeSet<IpAddr>> = None;
-        if bgp.enabled && !waiting {
-            // A reload that changed the table or device: withdraw from the old one first.
-            if let Some((old, _)) = routes.as_ref().filter(|(s, _)| *s != bgp) {
-                if let Err(e) = withdraw_all(old).await {
-                    warn!("withdrawing the VIP routes from table {}: {e}", old.table);
-                }
-                routes = None;
-            }
-            if routes.is_none() {
-                match VipRoutes::open(&bgp).await {
-                    Ok(r) => routes = Some((bgp.clone(), r)),
-                    Err(e) => error = Some(e.to_string()),
-                }
-            }
-            if let Some((_, r)) = routes.as_mut() {
-                match r.sync(&want).await {
-                    Ok((added, deleted)) => {
-                        for vip in added {
-                            info!(%vip, table = r.table(), "VIP announced");
-                        }
-                        for vip in deleted {
-                            info!(%vip, table = r.table(), "VIP withdrawn");
-                        }
-                        present = Some(want.clone());
-                    }
-                    Err(e) => {
-                        error = Some(e.to_string());
-                        present = r.owned().await.ok();
-                        // Read the table again next time.
-                        routes = None;
-                    }
-                }
-            }
-        } else if !bgp.enabled {
-            if let Some((old, _)) = routes.take() {
-                // Turned off by a reload: the routes of the old settings go.
-                if let Err(e) = withdraw_all(&old).await {
-                    warn!("withdrawing the VIP routes from table {}: {e}", old.table);
-                }
-            }
-        } else if let Ok(r) = VipRoutes::open(&bgp).await {
-            present = r.owned().await.ok();
-        }
-        if error != last_error {
-            match &error {
-                Some(e) => warn!("VIP announcement: {e}"),
-                None if last_error.is_some() => info!("VIP routes written again"),
-                None => {}
-            }
-            last_error = error.clone();
-        }
-        let present = present.unwrap_or_default();
-        let vips = decided
-            .into_iter()
-            .map(|(address, (vservices, reason, can))| {
-                let reason = if !bgp.enabled {
-                    "announcement is off ([bgp] enabled = false)".to_owned()
-                } else if drained {
-                    "the node is drained (lb node resume announces again)".to_owned()
-                } else if waiting {
-                    "waiting for bgp.announce_delay after the start".to_owned()
-                } else if can && !present.contains(&address) {
-                    "can take new traffic, but its route could not be added".to_owned()
-                } else {
-                    reason
-                };
-                VipAnnouncement {
-                    announced: present.contains(&address),
-                    address,
-                    vservices,
-                    reason,
-                }
-            })
-            .collect();
+        let (present, error) = keeper.round(&bgp, &want, waiting).await;
+        let state = State {
+            bgp: &bgp,
+            drained,
+            waiting,
+            present: &present,
+        };
         let now = Announcements {
             enabled: bgp.enabled,
             table: bgp.table,
             device: bgp.device.clone(),
             drained,
             waiting,
-            vips,
+            vips: describe(decided, &state),
             error,
         };
         if **announcer.now.load() != now {
@@ -301,4 +228,112 @@ pub(crate) async fn run(
             _ = stop.changed() => break,
         }
     }
+}
+
+/// The netlink side across rounds: the open table and the last error (logged once).
+#[derive(Default)]
+struct Keeper {
+    routes: Option<(BgpSettings, VipRoutes)>,
+    last_error: Option<String>,
+}
+
+impl Keeper {
+    /// Makes the table hold `want` (unless still `waiting`, when it is only read); returns
+    /// the VIPs whose route is in it and the error of this round, if any. Settings changed
+    /// by a reload move the routes: the old table's are withdrawn first.
+    async fn round(
+        &mut self,
+        bgp: &BgpSettings,
+        want: &BTreeSet<IpAddr>,
+        waiting: bool,
+    ) -> (BTreeSet<IpAddr>, Option<String>) {
+        if let Some((old, _)) = self.routes.as_ref().filter(|(s, _)| s != bgp) {
+            if let Err(e) = withdraw_all(old).await {
+                warn!("withdrawing the VIP routes from table {}: {e}", old.table);
+            }
+            self.routes = None;
+        }
+        if !bgp.enabled {
+            return (BTreeSet::new(), self.note(None));
+        }
+        if self.routes.is_none() {
+            match VipRoutes::open(bgp).await {
+                Ok(r) => self.routes = Some((bgp.clone(), r)),
+                Err(e) => return (BTreeSet::new(), self.note(Some(e.to_string()))),
+            }
+        }
+        let Some((_, r)) = self.routes.as_mut() else {
+            return (BTreeSet::new(), None);
+        };
+        if waiting {
+            return (r.owned().await.unwrap_or_default(), self.note(None));
+        }
+        match r.sync(want).await {
+            Ok((added, deleted)) => {
+                for vip in added {
+                    info!(%vip, table = r.table(), "VIP announced");
+                }
+                for vip in deleted {
+                    info!(%vip, table = r.table(), "VIP withdrawn");
+                }
+                (want.clone(), self.note(None))
+            }
+            Err(e) => {
+                let present = r.owned().await.unwrap_or_default();
+                // Read the table again next round.
+                self.routes = None;
+                (present, self.note(Some(e.to_string())))
+            }
+        }
+    }
+
+    /// Logs an error when it starts or changes, and its end; returns it.
+    fn note(&mut self, error: Option<String>) -> Option<String> {
+        if error != self.last_error {
+            match &error {
+                Some(e) => warn!("VIP announcement: {e}"),
+                None => info!("VIP routes written again"),
+            }
+            self.last_error = error.clone();
+        }
+        error
+    }
+}
+
+/// What the reasons depend on besides each VIP's own decision.
+struct State<'a> {
+    bgp: &'a BgpSettings,
+    drained: bool,
+    waiting: bool,
+    present: &'a BTreeSet<IpAddr>,
+}
+
+/// Each VIP with its announcement and the reason, node-wide reasons first.
+fn describe(
+    decided: BTreeMap<IpAddr, (Vec<String>, String, bool)>,
+    state: &State<'_>,
+) -> Vec<VipAnnouncement> {
+    decided
+        .into_iter()
+        .map(|(address, (vservices, reason, can))| {
+            let announced = state.present.contains(&address);
+            let reason = if !state.bgp.enabled {
+                "announcement is off ([bgp] enabled = false)".to_owned()
+            } else if state.drained {
+                "the node is drained (lb node resume announces again)".to_owned()
+            } else if state.waiting {
+                "waiting for bgp.announce_delay after the start".to_owned()
+            } else if can && !announced {
+                "can take new traffic, but its route could not be added".to_owned()
+            } else {
+                reason
+            };
+            VipAnnouncement {
+                address,
+                vservices,
+                announced,
+                reason,
+            }
+        })
+        .collect()
 }

@@ -114,7 +114,7 @@ fn table(raw: &Spanned<RawTable>, with_device: bool, issues: &mut Issues) -> Opt
         _ => None,
     };
     if let Some(problem) = problem {
-        issues.error(&span, "bgp.table", format!("{problem}"));
+        issues.error(&span, "bgp.table", problem.to_string());
         return None;
     }
     Some(id)
