@@ -8,7 +8,7 @@ use std::time::Duration;
 pub const MAIN_TABLE: u32 = 254;
 
 /// Route announcement settings. Off by default: without `[bgp]` no route is touched.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BgpSettings {
     /// Keep the VIP routes current. False leaves the table alone.
     pub enabled: bool,
@@ -21,4 +21,16 @@ pub struct BgpSettings {
     /// How long `lb run` waits after it starts before it changes any route, so that
     /// health checks settle first; routes left by the previous run stay meanwhile.
     pub announce_delay: Duration,
+}
+
+impl Default for BgpSettings {
+    /// Off; the table a `[bgp]` without `table` names (the main one, for a device).
+    fn default() -> Self {
+        BgpSettings {
+            enabled: false,
+            table: MAIN_TABLE,
+            device: None,
+            announce_delay: Duration::ZERO,
+        }
+    }
 }
