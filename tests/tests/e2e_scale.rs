@@ -250,7 +250,8 @@ fn share_ok(counts: &[u64], of: &[usize], low: f64, high: f64) -> bool {
 }
 
 /// The ECMP group end to end (issue 17 item 4): three equal paths and new flows spread
-/// over them; a balancer dying and returning, a restart of `lb run`, a drain, moving
+/// over them; a balancer dying and returning, a restart of `lb run`, a BIRD killed and
+/// restarted, a drain, moving
 /// established flows without a reset (S-AN1, S-AN2, S-AN3, S-CL4); a VIP whose backends
 /// all fail is withdrawn by every balancer (S-AN1).
 #[test]
@@ -346,6 +347,32 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
         "streams reset across restarts: {failed:?}"
     );
 
+    // Balancer 3's BIRD is killed (lb run keeps forwarding): the router drops its path at
+    // once, the streams go on elsewhere; a new BIRD announces the table again.
+    let t0 = Instant::now();
+    if let Some(bird) = topo.balancers[2].bird.as_mut() {
+        bird.kill();
+    }
+    topo.wait_paths(VIP, &paths(&[1, 2]), Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", diagnostics(&topo)));
+    eprintln!(
+        "balancer 3's BIRD killed: the router dropped its path after {:?}",
+        t0.elapsed()
+    );
+    let failed = streams.echo_all("bird-killed");
+    assert!(
+        failed.is_empty(),
+        "streams reset when a BIRD died: {failed:?}"
+    );
+    topo.start_balancer_bird(3).expect("bird again");
+    topo.wait_paths(VIP, &paths(&[1, 2, 3]), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", diagnostics(&topo)));
+    let failed = streams.echo_all("bird-back");
+    assert!(
+        failed.is_empty(),
+        "streams reset when a BIRD came back: {failed:?}"
+    );
+
     // Drain balancer 2 (S-AN2): its routes go at once, established streams keep working,
     // and `lb node drain` reports when it has gone quiet. It stays drained across a restart.
     let drain = topo
@@ -404,6 +431,31 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
         );
     }
     assert_eq!(topo.router_paths(VIP).expect("paths"), paths(&[1, 2, 3]));
+    let live = topo
+        .api(1, "GET", "/api/v1/stats/live")
+        .expect("live stats");
+    let announced: Vec<(String, bool)> = live["bgp"]["vips"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| {
+            (
+                v["address"].as_str().unwrap_or("").to_owned(),
+                v["announced"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        announced,
+        vec![(VIP.to_string(), true), (SPARE_VIP.to_string(), false)],
+        "the Live Stats payload"
+    );
+    let status = topo.lb(1, &["node", "status"]).expect("lb node status");
+    assert!(
+        status.contains("no Backend Service of its vService can take new traffic"),
+        "{status}"
+    );
     let metrics = topo.api_text(1, "GET", "/metrics").expect("metrics");
     assert!(
         metrics.contains(&format!(
