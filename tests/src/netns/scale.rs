@@ -378,8 +378,8 @@ impl ScaleTopology {
         self.router
             .ip(&["link", "set", &dev, if up_ { "up" } else { "down" }])?;
         if up_ {
-            // The balancer's default route went with its link's carrier? It stays (the
-            // router's side went down); re-stated in case it did not.
+            // Only the router's end went down, so the balancer's default route normally
+            // survives; `replace` restores it if the kernel dropped it with the carrier.
             let b = self.balancer(i)?;
             b.ns.ip(&[
                 "route",
