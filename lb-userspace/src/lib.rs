@@ -13,6 +13,7 @@ pub mod gslb;
 pub mod health;
 pub mod network;
 pub mod proxy;
+pub mod routing;
 pub mod run;
 pub mod selection;
 pub mod stats;

@@ -11,6 +11,9 @@ use lb::config::{self, AttachMode, Config};
 use lb::network::{self, DataPath, LoadOptions};
 use tracing::{info, warn};
 
+/// The configuration file of the Debian package (the systemd unit runs `lb run` with it).
+const DEFAULT_CONFIG: &str = "/etc/lb/lb.toml";
+
 #[derive(Parser)]
 #[command(
     name = "lb",
@@ -94,6 +97,18 @@ enum Command {
         /// bpffs directory of the pins.
         #[arg(long, default_value = "/sys/fs/bpf/lb")]
         pin_dir: PathBuf,
+        /// Configuration file whose `[bgp]` table holds the VIP routes: when the program is
+        /// unloaded they are withdrawn (nothing forwards this balancer's VIPs any more).
+        /// A missing default file is skipped.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Print a BIRD 2 configuration for announcing the VIPs that `lb run` keeps in the
+    /// `[bgp]` table (kernel protocol, BFD, BGP template); fill in its capitals.
+    BirdConfig {
+        /// Configuration file (TOML) with `[bgp]`.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
     },
     /// Everything at a glance: the XDP data path's VIPs, backends and counters (read from its
     /// pins), and the daemon's L7 and DNS vServices and Backend Services (from its API).
@@ -164,11 +179,16 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run(r) => daemon(&r),
-        Command::Unload { ifaces, pin_dir } => {
+        Command::Unload {
+            ifaces,
+            pin_dir,
+            config,
+        } => {
             for iface in &ifaces {
                 if network::detach(&pin_dir, iface)? {
                     let _ = std::fs::remove_file(lb::daemon::report_path(&pin_dir));
                     println!("detached from {iface}; program unloaded");
+                    withdraw_routes(&config)?;
                 } else {
                     println!("detached from {iface}");
                 }
@@ -184,6 +204,17 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Man { dir } => man_pages(&dir),
+        Command::BirdConfig { config } => {
+            let cfg = read_config(&config)?;
+            if !cfg.bgp.enabled {
+                warn!(
+                    "[bgp] is not enabled in {}: lb run keeps no VIP routes",
+                    config.display()
+                );
+            }
+            print!("{}", lb::routing::bird::snippet(&cfg.bgp));
+            Ok(())
+        }
         Command::CheckConfig { file } => {
             let (cfg, warnings) =
                 config::load_with_warnings(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -199,6 +230,29 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// After the last detach: withdraws the VIP routes of `config`'s `[bgp]` table, since no
+/// data path forwards those VIPs any more (S-AN1). A missing default file is skipped.
+fn withdraw_routes(config: &Path) -> Result<()> {
+    if config == Path::new(DEFAULT_CONFIG) && !config.exists() {
+        return Ok(());
+    }
+    let cfg = read_config(config)?;
+    if !cfg.bgp.enabled {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let withdrawn = runtime.block_on(lb::routing::withdraw_all(&cfg.bgp))?;
+    println!(
+        "withdrew {} VIP route(s) from table {}",
+        withdrawn.len(),
+        cfg.bgp.table
+    );
+    Ok(())
 }
 
 /// Writes one page per command from the clap definitions, so the pages say what `--help`
@@ -298,6 +352,7 @@ fn daemon(r: &RunArgs) -> Result<()> {
         restore_within: seconds(r.restore_within, "--restore-within")?,
     };
     let cfg = read_config(&t.config)?;
+    lb::routing::check(&cfg.bgp)?;
     let has_network = cfg.vservices.iter().any(|v| v.kind.is_network());
     if !has_network && t.ifaces.is_empty() && cfg.xdp.interfaces.is_empty() {
         info!("no Network vService and no interface: running without XDP");

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("network", 3),
     ("proxy", 3),
     ("gslb", 3),
+    ("routing", 3),
     ("daemon", 4),
     ("api", 5),
     ("run", 6),

@@ -10,12 +10,14 @@
 //! run ([`scenarios`]).
 //! Needs root (namespaces, bpffs, XDP).
 
+pub mod bird;
 pub mod client;
 pub mod cmd;
 pub mod configs;
 pub mod family;
 pub mod lbctl;
 pub mod ns;
+pub mod scale;
 pub mod scenarios;
 pub mod servers;
 pub mod status;

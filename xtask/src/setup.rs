@@ -28,6 +28,9 @@ const PACKAGES: &[&str] = &[
     "iputils-ping",
     "util-linux",
     "ethtool",
+    // BIRD 2: the routers and balancers of the scale-out test (e2e_scale) announce VIPs
+    // over BGP with BFD; `lb bird-config` writes its configuration.
+    "bird2",
 ];
 
 /// Libraries bpf-linker links against when built from source.

@@ -164,6 +164,9 @@ pub enum ApiCommand {
     /// Cluster synchronisation.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// This balancer in the routers' ECMP group: drain, resume, what it announces.
+    #[command(subcommand)]
+    Node(super::node_cli::NodeCommand),
 }
 
 /// Runs one API subcommand to completion (its own small runtime).
@@ -304,6 +307,7 @@ async fn run_async(cmd: ApiCommand) -> Result<()> {
             None,
             Print::Cluster,
         ),
+        C::Node(node) => return super::node_cli::run(node).await,
         C::Cluster(ClusterCommand::Status { opts }) => (
             opts,
             Method::GET,

@@ -1,6 +1,6 @@
 //! Cluster synchronisation (S-CL): after a change, this node pushes its configuration file
 //! to every peer (at once, or only on Synchronize with Manual Sync Mode); a peer keeps its
-//! own node-local tables ([xdp], [api], [cluster]) and takes everything else.
+//! own node-local tables ([xdp], [api], [cluster], [bgp]) and takes everything else.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -25,6 +25,8 @@ struct Live {
     vservices: Vec<VServiceView>,
     backends: Vec<LiveBackend>,
     dns_vservices: Vec<Value>,
+    /// Route announcement (S-AN): None when `[bgp]` is off.
+    bgp: Option<crate::daemon::Announcements>,
 }
 
 /// A Backend Service as Live Stats shows it: the `/backends` view plus its health details.
@@ -101,6 +103,9 @@ pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
         vservices,
         backends,
         dns_vservices: dns,
+        bgp: Some(st.daemon.announcements())
+            .filter(|a| a.enabled)
+            .map(|a| (*a).clone()),
     })
 }
 

@@ -482,6 +482,7 @@ fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
         "1 when the L7 proxy runs (HTTP or L7 TCP vServices).",
     );
     o.sample("lb_proxy_running", &[], u8::from(snap.proxy.is_some()));
+    announcements(o, st);
     let Some(cluster) = &snap.cfg.cluster else {
         return;
     };
@@ -520,6 +521,39 @@ fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
             r.at_unix_ms as f64 / 1000.0,
         );
     }
+}
+
+/// Route announcement (S-AN): drained or not, and each VIP's route.
+fn announcements(o: &mut Out, st: &ApiState) {
+    let a = st.daemon.announcements();
+    if !a.enabled {
+        return;
+    }
+    o.family(
+        "lb_node_drained",
+        "gauge",
+        "1 while this balancer is drained (lb node drain): every VIP route is withdrawn.",
+    );
+    o.sample("lb_node_drained", &[], u8::from(a.drained));
+    o.family(
+        "lb_vip_announced",
+        "gauge",
+        "1 while the VIP's route is in the table BIRD announces to the routers, else 0.",
+    );
+    for v in &a.vips {
+        let address = v.address.to_string();
+        o.sample(
+            "lb_vip_announced",
+            &[("vip", &address), ("table", &a.table.to_string())],
+            u8::from(v.announced),
+        );
+    }
+    o.family(
+        "lb_vip_routes_error",
+        "gauge",
+        "1 while the VIP routes could not be written to the table (see the log).",
+    );
+    o.sample("lb_vip_routes_error", &[], u8::from(a.error.is_some()));
 }
 
 /// This process's start: read the first time, which [`super::router`] makes the API's start.

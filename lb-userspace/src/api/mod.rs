@@ -12,6 +12,8 @@ mod cluster;
 mod error;
 mod live;
 mod metrics;
+mod node;
+mod node_cli;
 mod read;
 mod sessions;
 mod stats_csv;
@@ -99,6 +101,9 @@ pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
         .route("/api/v1/reload", post(admin::reload_handler))
         .route("/api/v1/stats/live", get(live::live))
         .route("/api/v1/stats.csv", get(stats_csv::stats_csv))
+        .route("/api/v1/node", get(node::status))
+        .route("/api/v1/node/drain", post(node::drain))
+        .route("/api/v1/node/resume", post(node::resume))
         .route("/api/v1/cluster", get(cluster::status))
         .route("/api/v1/cluster/sync", post(cluster::sync))
         .route("/api/v1/cluster/config", post(cluster::receive))

@@ -101,7 +101,7 @@ fn replace_keeping_decor(v: &mut Value, value: Value) {
 }
 
 /// Tables that belong to one node and never travel between cluster peers.
-pub const NODE_LOCAL: [&str; 3] = ["xdp", "api", "cluster"];
+pub const NODE_LOCAL: [&str; 4] = ["xdp", "api", "cluster", "bgp"];
 
 /// A peer's shared configuration with this node's own [`NODE_LOCAL`] tables kept (S-CL).
 pub fn merge_shared(own: &str, incoming: &str) -> Result<String, WriteBackError> {
@@ -226,6 +226,22 @@ mod tests {
         assert_eq!(
             doc["cluster"]["peer"].as_array_of_tables().map(|a| a.len()),
             Some(1)
+        );
+    }
+
+    /// S-CL, S-AN: a node's `[bgp]` (its routing table, whether it announces) is its own.
+    #[test]
+    fn s_cl_merge_keeps_this_nodes_bgp_table() {
+        let own = "[bgp]\nenabled = true\ntable = 100\n";
+        let incoming = "[bgp]\nenabled = false\ntable = 7\n";
+        let out = merge_shared(own, incoming).unwrap();
+        let doc: DocumentMut = out.parse().unwrap();
+        assert_eq!(doc["bgp"]["table"].as_integer(), Some(100), "{out}");
+        assert_eq!(doc["bgp"]["enabled"].as_bool(), Some(true), "{out}");
+        let out = merge_shared("", incoming).unwrap();
+        assert!(
+            !out.contains("[bgp]"),
+            "a peer's [bgp] does not travel: {out}"
         );
     }
 }

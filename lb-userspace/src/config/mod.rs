@@ -27,7 +27,7 @@ pub use error::{ConfigError, ConfigIssue};
 pub use model::*;
 
 use check::vservice::{self, listeners};
-use check::{backends, control, dns, health, settings};
+use check::{backends, bgp, control, dns, health, settings};
 use issues::Issues;
 use raw::document;
 
@@ -82,6 +82,7 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
     let api = control::api(&doc.api, issues);
     let proxy = settings::proxy(&doc.proxy, issues);
     let cluster = control::cluster(doc.cluster.as_ref(), &api.settings, issues);
+    let bgp = bgp::bgp(&doc.bgp, issues);
     let health_checks = health::health_checks(&doc.health_checks, issues);
     let backends = backends::backends(&doc, issues);
     let (vservices, listeners) = vservice::vservices(&doc.vservices, &backends, issues);
@@ -103,6 +104,7 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
         proxy,
         cluster,
         dns_vservices,
+        bgp,
     }
 }
 

@@ -4,6 +4,7 @@
 //! the handle its parts (signals, the REST API) share: read the running configuration and
 //! health, apply a new configuration, read counters.
 
+mod announce;
 mod report;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+pub use announce::{Announcements, VipAnnouncement, drained_path};
 pub use report::{
     HealthReport, ReportService, ReportTransition, read_report, report_path, states_path,
 };
@@ -54,6 +56,8 @@ pub struct Daemon {
     /// Their lock-free view, set when they start: the API reads it without waiting for a
     /// reload, which holds `gslb` while it polls the sites (maybe this daemon's own API).
     gslb_reader: std::sync::OnceLock<GslbReader>,
+    /// VIP route announcement (S-AN) and the drained flag.
+    announcer: Arc<announce::Announcer>,
     /// Runs the engine's check tasks; lives as long as the daemon.
     _engine_thread: EngineThread,
 }
@@ -153,6 +157,27 @@ impl Daemon {
         Some(DataPath::load(&[], &opts).and_then(|dp| dp.status()))
     }
 
+    /// Which VIPs are announced to the routers, and why (S-AN).
+    pub fn announcements(&self) -> Arc<Announcements> {
+        self.announcer.announcements()
+    }
+
+    /// Drains the node (`true`): every VIP route is withdrawn at once while the data path
+    /// keeps forwarding established flows (S-AN2); the flag is saved, so a restarted `lb
+    /// run` stays drained. `false` resumes. Returns once the table has been re-read.
+    pub async fn set_drained(&self, drained: bool) -> Result<()> {
+        self.announcer.set_drained(drained)?;
+        // The task takes the change on its next round (it was kicked): wait for it.
+        for _ in 0..50 {
+            if self.announcer.announcements().drained == drained {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        info!(drained, "node drain state changed");
+        Ok(())
+    }
+
     /// Re-reads the configuration file and applies it. A file that fails validation is
     /// rejected with every error and the running configuration stays. Changed settings that
     /// apply only at the next start are logged as warnings.
@@ -174,6 +199,7 @@ impl Daemon {
         let _one = self.applying.lock().await;
         // Plan first: a configuration the data path cannot take changes nothing.
         network::plan(&cfg, &|_| crate::selection::Health::Ok)?;
+        crate::routing::check(&cfg.bgp)?;
         let cfg = Arc::new(cfg);
         // Listeners next: one that cannot bind rejects the whole change.
         self.proxy.update(cfg.clone()).await?;
@@ -199,6 +225,7 @@ impl Daemon {
             .as_ref()
             .map(|n| n.update(cfg.clone()));
         self.reload.send_modify(|g| *g += 1);
+        self.announcer.kick();
         // Admin changes (Maintenance, Backup, weight) hold for L7 traffic when this returns:
         // a request picked after the API answered sees them (S-MT3).
         let target = *self.reload.borrow();
@@ -342,6 +369,7 @@ pub async fn start_with(
         restore_within,
     } = options;
     let pin_dir = dp.as_ref().and_then(|d| d.pin_dir().map(Path::to_path_buf));
+    crate::routing::check(&cfg.bgp)?;
     let cfg = Arc::new(cfg);
     let selections = Arc::new(Published::default());
     let engine_thread = EngineThread::start().context("starting the health checks' thread")?;
@@ -374,6 +402,7 @@ pub async fn start_with(
     };
     let network = dp.map(|dp| NetworkReflector::start(dp, cfg.clone(), engine.clone()));
     let (reload, reload_rx) = watch::channel(0u64);
+    let announcer = Arc::new(announce::Announcer::new(&config_path));
     let daemon = Arc::new(Daemon {
         config_path,
         config: ArcSwap::new(cfg.clone()),
@@ -392,6 +421,7 @@ pub async fn start_with(
             .as_ref()
             .map_or_else(std::sync::OnceLock::new, |g| g.reader().into()),
         gslb: tokio::sync::Mutex::new(gslb),
+        announcer: announcer.clone(),
         _engine_thread: engine_thread,
     });
     let (stop, stop_rx) = watch::channel(false);
@@ -436,6 +466,17 @@ pub async fn start_with(
                 }
             }
         }));
+    }
+    {
+        let inputs = announce::Inputs {
+            daemon: Arc::downgrade(&daemon),
+            network: daemon.network_status.clone(),
+        };
+        tasks.push(tokio::spawn(announce::run(
+            announcer,
+            inputs,
+            stop_rx.clone(),
+        )));
     }
     if let Some(mut live) = daemon.proxy.take_live_failures() {
         // Passive health (S-RT3): runs of failed live traffic the proxy saw decide Error.

@@ -96,6 +96,7 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         proxy: ProxySettings::default(),
         cluster: None,
         dns_vservices: Vec::new(),
+        bgp: Default::default(),
     }
 }
 

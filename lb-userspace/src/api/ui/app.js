@@ -1189,6 +1189,24 @@
     setChildren($("dns-vservices"), [el("div", { class: "vservices" }, ...list.map((d) => renderDnsVService(d, r.dns.get(d.name))))]);
   }
 
+  // Route announcement (S-AN): which VIPs this balancer announces to the routers, and why.
+  function renderBgp(bgp) {
+    const box = $("bgp");
+    box.hidden = !bgp;
+    if (!bgp) return;
+    const node = bgp.drained ? "drained" : bgp.waiting ? "waiting to announce" : "announcing";
+    setText($("bgp-node"), `— ${node}, table ${bgp.table}${bgp.device ? ` on ${bgp.device}` : ""}${bgp.error ? ` — ${bgp.error}` : ""}`);
+    const rows = (bgp.vips || []).map((v) => el(
+      "tr",
+      { "data-testid": `bgp-vip-${v.address}` },
+      el("td", { class: "mono", text: v.address }),
+      el("td", { text: (v.vservices || []).join(", ") }),
+      el("td", {}, el("span", { class: v.announced ? "badge ok" : "badge error", "data-testid": `bgp-state-${v.address}`, text: v.announced ? "announced" : "withdrawn" })),
+      el("td", { text: v.reason || "" }),
+    ));
+    setChildren($("bgp-vips").querySelector("tbody"), rows);
+  }
+
   // ----- refresh loop ---------------------------------------------------------------------
 
   async function refresh() {
@@ -1204,6 +1222,7 @@
       renderSummary(live, r);
       renderVServices(live.vservices, r);
       renderBackends(live.backends, r);
+      renderBgp(live.bgp);
       renderDns(live.dns_vservices, r);
       if ((live.dns_vservices || []).length) renderGslb(await api("/api/v1/gslb"));
       else $("gslb").hidden = true;

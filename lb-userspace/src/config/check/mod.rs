@@ -4,6 +4,7 @@
 //! `[[vservice]]` and its parts; `names` and `seconds` are the rules shared by sections.
 
 pub(in crate::config) mod backends;
+pub(in crate::config) mod bgp;
 pub(in crate::config) mod control;
 pub(in crate::config) mod dns;
 pub(in crate::config) mod health;

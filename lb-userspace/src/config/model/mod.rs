@@ -3,9 +3,11 @@
 //! resolved, ranges ordered, S-HC4 adjustments applied), so consumers never re-check it;
 //! `restart` says which of its settings a reload cannot change.
 
+mod bgp;
 mod index;
 mod restart;
 
+pub use bgp::{BgpSettings, MAIN_TABLE};
 pub use index::{ByName, FastMap, FastSet};
 pub use restart::restart_only_changes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -37,6 +39,8 @@ pub struct Config {
     /// addresses of the sites whose service is up. Kept apart from `vservices` because they
     /// have no backend lists: their "backends" are whole sites, polled over their API.
     pub dns_vservices: Vec<DnsVService>,
+    /// VIP route announcement through BIRD (S-AN); off by default.
+    pub bgp: BgpSettings,
 }
 
 /// Process-wide settings of the L7 proxy (`[proxy]`).

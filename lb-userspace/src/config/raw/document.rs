@@ -13,18 +13,19 @@ use super::dns::RawDnsVService;
 use super::recover::{self, Read};
 use super::syntax::Taint;
 use super::{
-    RawApi, RawBackendGroup, RawBackendService, RawCluster, RawHealthCheck, RawProxy,
+    RawApi, RawBackendGroup, RawBackendService, RawBgp, RawCluster, RawHealthCheck, RawProxy,
     RawReflection, RawVService, RawXdp,
 };
 use crate::config::issues::Issues;
 
 /// The top-level sections the schema knows.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "xdp",
     "reflection",
     "api",
     "proxy",
     "cluster",
+    "bgp",
     "health_check",
     "backend_service",
     "backend_group",
@@ -64,6 +65,8 @@ pub(in crate::config) struct RawDocument {
     pub proxy: RawProxy,
     /// `[cluster]` when present (and readable); its span points at the table.
     pub cluster: Option<Entry<RawCluster>>,
+    /// `[bgp]` (defaults: off).
+    pub bgp: RawBgp,
     pub health_checks: Vec<Entry<RawHealthCheck>>,
     pub backend_services: Vec<Entry<RawBackendService>>,
     pub backend_groups: Vec<Entry<RawBackendGroup>>,
@@ -110,6 +113,7 @@ pub(in crate::config) fn read(text: &str, issues: &mut Issues) -> RawDocument {
             "api" => doc.api = read_table(name, value, issues),
             "proxy" => doc.proxy = read_table(name, value, issues),
             "cluster" => doc.cluster = read_optional_table(name, value, issues),
+            "bgp" => doc.bgp = read_table(name, value, issues),
             "health_check" => {
                 doc.health_checks =
                     reader.entries(value, issues, &mut doc.unreadable.health_checks);

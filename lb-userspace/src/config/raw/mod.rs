@@ -210,6 +210,24 @@ pub(in crate::config) struct RawApi {
     pub token: Option<Spanned<String>>,
 }
 
+/// `[bgp]`: route announcement through BIRD (S-AN).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::config) struct RawBgp {
+    pub enabled: Option<Spanned<bool>>,
+    pub table: Option<Spanned<RawTable>>,
+    pub device: Option<Spanned<String>>,
+    pub announce_delay: Option<Spanned<f64>>,
+}
+
+/// `bgp.table`: a number or a name from `/etc/iproute2/rt_tables`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(in crate::config) enum RawTable {
+    Id(i64),
+    Name(String),
+}
+
 /// `[cluster]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -245,6 +245,7 @@ fn full_config_round_trips_into_the_model() {
         api: ApiSettings::default(),
         cluster: None,
         dns_vservices: Vec::new(),
+        bgp: Default::default(),
     };
     assert_eq!(config, expected);
 }

@@ -1,0 +1,508 @@
+//! The scale-out topology: a client behind a router that spreads flows over three
+//! balancers by ECMP, the balancers announcing their VIPs over BGP (BIRD 2 with BFD) from
+//! the routes `lb run` keeps, and the backends on one segment shared by all balancers, in
+//! DSR mode (issue 17, S-AN, S-CL4).
+//!
+//! ```text
+//!  client ns (eth0 10.210.0.2/30, default via 10.210.0.1)
+//!     |
+//!  router ns (c 10.210.0.1/30; lN 10.210.N.1/30; seg 10.210.20.1/24; AS 65000;
+//!             BIRD: merge paths, BFD; fib_multipath_hash_policy=1)
+//!     |  lN <-> wan0
+//!  balancer N ns (wan0 10.210.N.2/30, AS 6500N; seg0 10.210.20.1N/24; lb run + BIRD)
+//!     |  seg0 <-> pN (bridge port)
+//!  segment ns (bridge br0: pN, pr, pbM)
+//!     |  pbM <-> eth0
+//!  backend M ns (eth0 10.210.20.10M/24, default via 10.210.20.1; VIPs on lo, ARP off)
+//! ```
+//! The backends answer the client directly through the router (DSR). Every balancer runs
+//! `lb run` with its own copy of the same configuration and its own pin directory.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::bird::Bird;
+use super::cmd;
+use super::lbctl::{self, Daemon};
+use super::ns::Netns;
+use super::servers::Servers;
+
+/// The client's address.
+pub const SCALE_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
+/// The routing table the balancers keep their VIP routes in.
+pub const VIP_TABLE: u32 = 100;
+/// The router's AS.
+const ROUTER_AS: u32 = 65000;
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The uplink address of balancer `n` (1-based), the router's BGP neighbour.
+pub fn balancer_addr(n: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 210, n as u8, 2)
+}
+
+/// The address of backend `m` (1-based) on the shared segment.
+pub fn scale_backend_addr(m: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 210, 20, 100 + m as u8)
+}
+
+/// One balancer: its namespace, `lb run` and BIRD. Fields drop in order: the daemons
+/// before the namespace.
+pub struct Balancer {
+    /// 1-based.
+    pub index: usize,
+    /// Its BIRD, announcing what table [`VIP_TABLE`] holds.
+    pub bird: Option<Bird>,
+    /// Its `lb run`.
+    pub daemon: Option<Daemon>,
+    /// Its namespace.
+    pub ns: Netns,
+    /// Its bpffs pin directory.
+    pub pin_dir: PathBuf,
+    /// Its configuration file (its own copy).
+    pub config: PathBuf,
+    /// Its own folder for logs.
+    pub dir: PathBuf,
+}
+
+/// One backend host on the shared segment.
+pub struct ScaleBackend {
+    /// `b1`, `b2`, ...
+    pub name: String,
+    /// Its namespace.
+    pub ns: Netns,
+    /// Its address.
+    pub addr: Ipv4Addr,
+}
+
+/// The whole scale-out network; dropping it stops servers, daemons and BIRDs, removes
+/// pins and files, and deletes every namespace.
+pub struct ScaleTopology {
+    /// Servers in the backends; stopped first.
+    pub servers: Servers,
+    /// The router's BIRD.
+    pub router_bird: Option<Bird>,
+    /// The balancers, 1..=3.
+    pub balancers: Vec<Balancer>,
+    /// The backends.
+    pub backends: Vec<ScaleBackend>,
+    /// The client namespace.
+    pub client: Netns,
+    /// The router namespace.
+    pub router: Netns,
+    /// The shared segment's namespace (the bridge).
+    pub segment: Netns,
+    /// Configs and logs.
+    pub work_dir: PathBuf,
+    /// Unique id (`lbs<pid>-<n>`).
+    pub id: String,
+}
+
+impl ScaleTopology {
+    /// Builds `balancers` balancers and `backends` backends with the VIPs `vips` on the
+    /// backends' `lo` (DSR). No daemon runs yet.
+    pub fn new(balancers: usize, backends: usize, vips: &[Ipv4Addr]) -> Result<ScaleTopology> {
+        anyhow::ensure!((1..=9).contains(&balancers) && (1..=9).contains(&backends));
+        remove_stale();
+        let pid = std::process::id();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let id = format!("lbs{pid}-{n}");
+        let work_dir = std::env::temp_dir().join(format!("lbtest-scale-{pid}-{n}"));
+        std::fs::create_dir_all(&work_dir)?;
+        let client = Netns::create(&format!("{id}-c"))?;
+        let router = Netns::create(&format!("{id}-r"))?;
+        let segment = Netns::create(&format!("{id}-s"))?;
+        let mut topo = ScaleTopology {
+            servers: Servers::default(),
+            router_bird: None,
+            balancers: Vec::new(),
+            backends: Vec::new(),
+            client,
+            router,
+            segment,
+            work_dir,
+            id,
+        };
+        for i in 1..=balancers {
+            let dir = topo.work_dir.join(format!("l{i}"));
+            std::fs::create_dir_all(&dir)?;
+            topo.balancers.push(Balancer {
+                index: i,
+                bird: None,
+                daemon: None,
+                ns: Netns::create(&format!("{}-l{i}", topo.id))?,
+                pin_dir: PathBuf::from(format!("/sys/fs/bpf/lbtest-scale-{pid}-{n}-l{i}")),
+                config: dir.join("lb.toml"),
+                dir,
+            });
+        }
+        for m in 1..=backends {
+            topo.backends.push(ScaleBackend {
+                name: format!("b{m}"),
+                ns: Netns::create(&format!("{}-b{m}", topo.id))?,
+                addr: scale_backend_addr(m),
+            });
+        }
+        topo.wire(vips)
+            .with_context(|| format!("building the scale-out topology {}", topo.id))?;
+        Ok(topo)
+    }
+
+    fn wire(&self, vips: &[Ipv4Addr]) -> Result<()> {
+        let (c, r, s) = (&self.client, &self.router, &self.segment);
+        r.sysctl(&[
+            ("net.ipv4.ip_forward", "1"),
+            ("net.ipv4.fib_multipath_hash_policy", "1"),
+        ])?;
+        veth(c, "eth0", r, "c")?;
+        c.ip(&["addr", "add", "10.210.0.2/30", "dev", "eth0"])?;
+        r.ip(&["addr", "add", "10.210.0.1/30", "dev", "c"])?;
+        up(c, "eth0")?;
+        up(r, "c")?;
+        c.ip(&["route", "add", "default", "via", "10.210.0.1"])?;
+        s.ip(&["link", "add", "br0", "type", "bridge"])?;
+        up(s, "br0")?;
+        veth(r, "seg", s, "pr")?;
+        r.ip(&["addr", "add", "10.210.20.1/24", "dev", "seg"])?;
+        port(s, "pr")?;
+        up(r, "seg")?;
+        for b in &self.balancers {
+            let i = b.index;
+            let l = &b.ns;
+            // bpf_fib_lookup answers only for an ingress device that forwards.
+            l.sysctl(&[("net.ipv4.ip_forward", "1")])?;
+            veth(r, &format!("l{i}"), l, "wan0")?;
+            r.ip(&[
+                "addr",
+                "add",
+                &format!("10.210.{i}.1/30"),
+                "dev",
+                &format!("l{i}"),
+            ])?;
+            l.ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", balancer_addr(i)),
+                "dev",
+                "wan0",
+            ])?;
+            up(r, &format!("l{i}"))?;
+            up(l, "wan0")?;
+            l.ip(&["route", "add", "default", "via", &format!("10.210.{i}.1")])?;
+            veth(l, "seg0", s, &format!("p{i}"))?;
+            l.ip(&["addr", "add", &format!("10.210.20.1{i}/24"), "dev", "seg0"])?;
+            up(l, "seg0")?;
+            port(s, &format!("p{i}"))?;
+            // Frames XDP redirects into `seg0` arrive on the bridge port: GRO on there.
+            offload(l, "wan0", false)?;
+            offload(l, "seg0", false)?;
+            offload(s, &format!("p{i}"), true)?;
+            offload(r, &format!("l{i}"), true)?;
+        }
+        for (k, b) in self.backends.iter().enumerate() {
+            let m = k + 1;
+            veth(&b.ns, "eth0", s, &format!("pb{m}"))?;
+            b.ns.ip(&["addr", "add", &format!("{}/24", b.addr), "dev", "eth0"])?;
+            up(&b.ns, "eth0")?;
+            port(s, &format!("pb{m}"))?;
+            offload(&b.ns, "eth0", true)?;
+            offload(s, &format!("pb{m}"), true)?;
+            b.ns.ip(&["route", "add", "default", "via", "10.210.20.1"])?;
+            for vip in vips {
+                b.ns.ip(&["addr", "add", &format!("{vip}/32"), "dev", "lo"])?;
+            }
+            b.ns.sysctl(&[
+                ("net.ipv4.conf.all.arp_ignore", "1"),
+                ("net.ipv4.conf.all.arp_announce", "2"),
+            ])?;
+        }
+        offload(c, "eth0", true)?;
+        offload(r, "c", false)?;
+        offload(r, "seg", true)?;
+        // Neighbours resolved before XDP's bpf_fib_lookup needs them.
+        for l in &self.balancers {
+            for b in &self.backends {
+                l.ns.exec("ping", &["-c", "1", "-W", "1", "-q", &b.addr.to_string()])
+                    .with_context(|| format!("balancer {} cannot reach {}", l.index, b.name))?;
+            }
+        }
+        c.exec("ping", &["-c", "1", "-W", "1", "-q", "10.210.20.101"])
+            .context("the client cannot reach the backend segment through the router")?;
+        Ok(())
+    }
+
+    /// Starts the router's BIRD: one eBGP session per balancer, BFD, `merge paths on` so
+    /// the kernel gets one multipath route per VIP, imports limited to `vips`.
+    pub fn start_router_bird(&mut self, vips: &[Ipv4Addr]) -> Result<()> {
+        let filter: Vec<String> = vips.iter().map(|v| format!("{v}/32")).collect();
+        let mut conf = format!(
+            "router id 10.210.0.1;\n\
+             protocol device {{ scan time 10; }}\n\
+             protocol kernel kern {{\n  ipv4 {{ import none; export where source = RTS_BGP; }};\n  merge paths on;\n}}\n\
+             protocol bfd {{ interface \"l*\" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }}; }}\n\
+             template bgp lb {{\n  local as {ROUTER_AS};\n  hold time 3; keepalive time 1; connect retry time 1; connect delay time 1;\n  error wait time 1, 5;\n  bfd on;\n  ipv4 {{ import where net ~ [ {} ]; export none; }};\n}}\n",
+            filter.join(", ")
+        );
+        for b in &self.balancers {
+            conf.push_str(&format!(
+                "protocol bgp l{0} from lb {{ neighbor {1} as {2}; }}\n",
+                b.index,
+                balancer_addr(b.index),
+                65000 + b.index
+            ));
+        }
+        self.router_bird = Some(Bird::start(&self.router, &self.work_dir, "router", &conf)?);
+        Ok(())
+    }
+
+    /// Starts BIRD on balancer `i` with the configuration `lb bird-config` prints for its
+    /// `lb.toml`, the capitals filled in.
+    pub fn start_balancer_bird(&mut self, i: usize) -> Result<()> {
+        let b = self.balancer(i)?;
+        let config = b.config.display().to_string();
+        let snippet = lbctl::lb(&b.ns.path(), &["bird-config", "--config", &config])?;
+        let filled = snippet
+            .replace("ROUTER_ID", &balancer_addr(i).to_string())
+            .replace("LOCAL_AS", &(65000 + i).to_string())
+            .replace("PEER_ADDRESS", &format!("10.210.{i}.1"))
+            .replace("PEER_AS", &ROUTER_AS.to_string())
+            .replace("UPLINK", "wan0");
+        let bird = Bird::start(&b.ns, &b.dir, "bird", &filled)?;
+        self.balancers[i - 1].bird = Some(bird);
+        Ok(())
+    }
+
+    /// Writes `toml` as balancer `i`'s configuration.
+    pub fn write_config(&self, i: usize, toml: &str) -> Result<()> {
+        let b = self.balancer(i)?;
+        std::fs::write(&b.config, toml).with_context(|| format!("writing {}", b.config.display()))
+    }
+
+    /// Starts `lb run` on balancer `i` (XDP on `wan0` and `seg0`, its own pin directory).
+    pub fn start_lb(&mut self, i: usize) -> Result<()> {
+        lbctl::ensure_bpffs()?;
+        let b = self.balancer(i)?;
+        let (config, pin) = (
+            b.config.display().to_string(),
+            b.pin_dir.display().to_string(),
+        );
+        let args = [
+            "run",
+            "--config",
+            &config,
+            "--iface",
+            "wan0",
+            "--iface",
+            "seg0",
+            "--pin-dir",
+            &pin,
+        ];
+        let daemon = Daemon::start(&b.ns.path(), &args, &b.dir.join("lb.log"))?;
+        self.balancers[i - 1].daemon = Some(daemon);
+        Ok(())
+    }
+
+    /// Balancer `i` (1-based).
+    pub fn balancer(&self, i: usize) -> Result<&Balancer> {
+        self.balancers
+            .get(i.wrapping_sub(1))
+            .with_context(|| format!("no balancer {i}"))
+    }
+
+    /// Runs `lb args...` in balancer `i`'s namespace.
+    pub fn lb(&self, i: usize, args: &[&str]) -> Result<String> {
+        lbctl::lb(&self.balancer(i)?.ns.path(), args)
+    }
+
+    /// GET (or POST) `path` of balancer `i`'s API (127.0.0.1:9180 in its namespace).
+    pub fn api(&self, i: usize, method: &str, path: &str) -> Result<serde_json::Value> {
+        let ns = &self.balancer(i)?.ns;
+        let text = ns.run(|| http(method, path))??;
+        serde_json::from_str(&text).with_context(|| format!("{method} {path} answered {text}"))
+    }
+
+    /// The body of `method path` on balancer `i`'s API as text (e.g. `/metrics`).
+    pub fn api_text(&self, i: usize, method: &str, path: &str) -> Result<String> {
+        let ns = &self.balancer(i)?.ns;
+        ns.run(|| http(method, path))?
+    }
+
+    /// The VIP routes balancer `i` keeps in [`VIP_TABLE`] (`ip route show table 100`).
+    pub fn vip_routes(&self, i: usize) -> Result<String> {
+        self.balancer(i)?
+            .ns
+            .ip(&["route", "show", "table", &VIP_TABLE.to_string()])
+    }
+
+    /// The balancers the router's route for `vip` leads to (their uplink addresses).
+    pub fn router_paths(&self, vip: Ipv4Addr) -> Result<BTreeSet<Ipv4Addr>> {
+        let out = self.router.ip(&["route", "show", &format!("{vip}/32")])?;
+        Ok(out
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "via")
+            .filter_map(|w| w[1].parse().ok())
+            .collect())
+    }
+
+    /// Waits until the router's route for `vip` leads to exactly `want` (uplink addresses of
+    /// balancers); returns how long it took.
+    pub fn wait_paths(
+        &self,
+        vip: Ipv4Addr,
+        want: &BTreeSet<Ipv4Addr>,
+        timeout: Duration,
+    ) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            let now = self.router_paths(vip)?;
+            if &now == want {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                bail!("the router's paths for {vip} are {now:?}, not {want:?}, after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Takes balancer `i`'s uplink down in the router (`up = false`: the balancer is gone
+    /// for the router, as when it dies) or back up.
+    pub fn set_uplink(&self, i: usize, up_: bool) -> Result<()> {
+        let dev = format!("l{i}");
+        self.router
+            .ip(&["link", "set", &dev, if up_ { "up" } else { "down" }])?;
+        if up_ {
+            // Only the router's end went down, so the balancer's default route normally
+            // survives; `replace` restores it if the kernel dropped it with the carrier.
+            let b = self.balancer(i)?;
+            b.ns.ip(&[
+                "route",
+                "replace",
+                "default",
+                "via",
+                &format!("10.210.{i}.1"),
+            ])?;
+        }
+        Ok(())
+    }
+}
+
+/// One plain HTTP/1.1 request to 127.0.0.1:9180 (in the calling thread's namespace).
+fn http(method: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:9180".parse().context("address")?,
+        Duration::from_secs(2),
+    )
+    .context("connecting to the balancer's API")?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP head")?;
+    if !head.starts_with("HTTP/1.1 2") {
+        bail!("{method} {path}: {head}\n{body}");
+    }
+    Ok(body.to_owned())
+}
+
+impl Drop for ScaleTopology {
+    fn drop(&mut self) {
+        self.servers.stop();
+        // SIGTERM first, all at once, so each `lb run` removes its own files; the drop
+        // of a daemon that did not exit kills it.
+        for b in &mut self.balancers {
+            if let Some(d) = b.daemon.as_mut() {
+                let _ = d.signal(libc::SIGTERM);
+            }
+        }
+        for b in &mut self.balancers {
+            if let Some(d) = b.daemon.as_mut() {
+                let _ = d.wait_exit(Duration::from_secs(10));
+            }
+            b.daemon = None;
+            b.bird = None;
+            if b.pin_dir.exists() && std::fs::remove_dir_all(&b.pin_dir).is_err() {
+                eprintln!("harness: cannot remove {}", b.pin_dir.display());
+            }
+            lb::network::forget_state(&b.pin_dir);
+            let _ = std::fs::remove_file(lb::daemon::report_path(&b.pin_dir));
+            let _ = std::fs::remove_file(lb::daemon::states_path(&b.config));
+            let _ = std::fs::remove_file(lb::daemon::drained_path(&b.config));
+        }
+        self.router_bird = None;
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+    }
+}
+
+fn veth(a: &Netns, a_dev: &str, b: &Netns, b_dev: &str) -> Result<()> {
+    a.ip(&[
+        "link",
+        "add",
+        a_dev,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_dev,
+        "netns",
+        b.name(),
+    ])
+    .map(drop)
+}
+
+fn up(ns: &Netns, dev: &str) -> Result<()> {
+    ns.ip(&["link", "set", dev, "up"]).map(drop)
+}
+
+fn port(segment: &Netns, dev: &str) -> Result<()> {
+    segment
+        .ip(&["link", "set", dev, "master", "br0", "up"])
+        .map(drop)
+}
+
+fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
+    ns.exec("ethtool", &["-K", dev, "tx", "off"])?;
+    if gro {
+        ns.exec("ethtool", &["-K", dev, "gro", "on"])?;
+    }
+    Ok(())
+}
+
+/// Deletes scale-out namespaces and pin directories left by test processes that no longer
+/// exist (a run killed with SIGKILL); only this harness's prefixes with a dead pid.
+fn remove_stale() {
+    let dead =
+        |pid: &str| pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists();
+    if let Ok(entries) = std::fs::read_dir("/var/run/netns") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some((pid, _)) = name.strip_prefix("lbs").and_then(|r| r.split_once('-'))
+                && dead(pid)
+            {
+                cmd::quiet("ip", &["netns", "del", &name]);
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some((pid, _)) = name
+                .strip_prefix("lbtest-scale-")
+                .and_then(|r| r.split_once('-'))
+                && dead(pid)
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
