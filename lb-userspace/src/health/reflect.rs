@@ -130,6 +130,19 @@ async fn tick(t: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// The engine's snapshot when it differs from `last` (which it then becomes).
+fn newer(
+    engine: &HealthEngine,
+    last: &mut Option<Arc<HealthSnapshot>>,
+) -> Option<Arc<HealthSnapshot>> {
+    let snap = engine.snapshot();
+    if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &snap)) {
+        return None;
+    }
+    *last = Some(Arc::clone(&snap));
+    Some(snap)
+}
+
 /// Keeps `view` in step with `engine` at `cadence`, calling `on_change` with every new
 /// view, and also whenever `reload` changes (the caller's configuration changed). Returns
 /// when `stop` becomes true or is dropped.
@@ -144,6 +157,10 @@ pub async fn reflect(
     let mut changes = engine.subscribe();
     let mut down = ticker(cadence.down_every);
     let mut up = ticker(cadence.up_every);
+    // The snapshot each tick last took over: taking the same one again changes nothing
+    // (services the view admitted meanwhile came in with the engine's state), so a tick
+    // with no new decision costs no walk over every service.
+    let (mut taken_down, mut taken_up) = (None, None);
     let sync_now = |view: &mut View, snap: &HealthSnapshot| {
         let mut changed = view.admit(snap);
         if cadence.down_every.is_zero() {
@@ -174,12 +191,16 @@ pub async fn reflect(
                 on_change(&view);
             }
             _ = tick(&mut down) => {
-                if view.take(&engine.snapshot(), HealthState::Error) {
+                if let Some(snap) = newer(&engine, &mut taken_down)
+                    && view.take(&snap, HealthState::Error)
+                {
                     on_change(&view);
                 }
             }
             _ = tick(&mut up) => {
-                if view.take(&engine.snapshot(), HealthState::Ok) {
+                if let Some(snap) = newer(&engine, &mut taken_up)
+                    && view.take(&snap, HealthState::Ok)
+                {
                     on_change(&view);
                 }
             }

@@ -13,9 +13,9 @@
 //! too, so there is one TCP check on the wire, whoever asks for it.
 
 mod check;
+mod timers;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +31,7 @@ use tracing::error;
 use super::probe::ProbeResult;
 use super::scheduler::CheckBook;
 use check::{Opened, Sink, Slot};
+use timers::{Due, Timers};
 
 /// The token of the driver's own wake-up (commands are waiting).
 const WAKE: Token = Token(usize::MAX);
@@ -104,7 +105,7 @@ impl TcpDriver {
             generations: Vec::new(),
             free: Vec::new(),
             by_id: HashMap::new(),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             reason: String::new(),
         };
         std::thread::Builder::new()
@@ -148,19 +149,6 @@ impl TcpDriver {
     }
 }
 
-/// What a timer does when it fires.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Due {
-    /// Start the next check.
-    Start,
-    /// Cut the check in flight at T.
-    Deadline,
-}
-
-/// A timer of one slot's generation; stale ones (the check ended, the slot was reused) are
-/// recognised by their generation and skipped.
-type Timer = Reverse<(Instant, usize, u32, Due)>;
-
 /// The driver thread's state.
 struct Loop {
     poll: Poll,
@@ -171,7 +159,7 @@ struct Loop {
     generations: Vec<u32>,
     free: Vec<usize>,
     by_id: HashMap<u64, usize>,
-    timers: BinaryHeap<Timer>,
+    timers: Timers,
     /// Reused for every reason text.
     reason: String,
 }
@@ -182,8 +170,8 @@ impl Loop {
         loop {
             let wait = self
                 .timers
-                .peek()
-                .map(|Reverse((at, ..))| at.saturating_duration_since(Instant::now()));
+                .next()
+                .map(|at| at.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, wait) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     error!(error = %e, "TCP health checks: waiting for events failed");
@@ -255,12 +243,8 @@ impl Loop {
         let generation = self.generations[index].wrapping_add(1);
         self.generations[index] = generation;
         self.slots[index] = Some(slot);
-        self.timers.push(Reverse((
-            Instant::now() + first_delay,
-            index,
-            generation,
-            Due::Start,
-        )));
+        self.timers
+            .at(Instant::now() + first_delay, index, generation, Due::Start);
         index
     }
 
@@ -275,13 +259,9 @@ impl Loop {
     /// does not wait while more are due.
     fn fire(&mut self, now: Instant) {
         for _ in 0..TIMERS_PER_TURN {
-            let Some(Reverse((at, index, generation, due))) = self.timers.peek().copied() else {
+            let Some((_, index, generation, due)) = self.timers.pop_due(now) else {
                 return;
             };
-            if at > now {
-                return;
-            }
-            self.timers.pop();
             if self.generations.get(index) != Some(&generation) {
                 continue;
             }
@@ -302,7 +282,7 @@ impl Loop {
         match slot.open(now, self.poll.registry(), token) {
             Opened::Waiting(timeout) => {
                 self.timers
-                    .push(Reverse((now + timeout, index, generation, Due::Deadline)))
+                    .after(now, timeout, index, generation, Due::Deadline)
             }
             Opened::Done { ok } => {
                 self.reason.clear();
@@ -345,9 +325,7 @@ impl Loop {
             return;
         };
         match slot.record(ok, now, &self.reason) {
-            Some(next) => self
-                .timers
-                .push(Reverse((now + next, index, generation, Due::Start))),
+            Some(next) => self.timers.after(now, next, index, generation, Due::Start),
             None => self.release(index),
         }
     }
