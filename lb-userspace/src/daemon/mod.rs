@@ -26,7 +26,7 @@ pub use report::{
 use crate::config::{self, Config};
 use crate::gslb::{Gslb, GslbReader};
 use crate::health::{
-    Cadence, EngineOptions, EngineThread, HealthEngine, HealthState, View, reflect,
+    Cadence, EngineOptions, EngineThread, HealthEngine, HealthSnapshot, HealthState, View, reflect,
 };
 use crate::network::{self, DataPath, LoadOptions, NetworkReflector, NetworkStatus};
 use crate::proxy::Proxy;
@@ -447,19 +447,34 @@ pub async fn start_with(
         let d = daemon.clone();
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let mut last = None;
+            // What the file was last written from: while neither changed, the states are
+            // the same and only the file's time is brought forward (not 50,000 entries
+            // serialized every second).
+            let mut last: Option<(Arc<HealthSnapshot>, Arc<Config>)> = None;
             loop {
                 let stopping = tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => false,
                     _ = stop.changed() => true,
                 };
-                let states = report::current_states(&d.config(), &d.engine);
-                // Saved when they change, and once more at the end (its time counts).
-                if stopping || last.as_ref() != Some(&states) {
-                    if let Err(e) = report::save_states(&states_path, &states) {
+                // Saved every second, changed or not, and once more at the end: a restart
+                // after a crash (no save at exit) reads the file's time against
+                // --restore-within, so a file saved only on changes would be too old after
+                // 30 quiet seconds and every service would restart in Preparing (503s).
+                let (snap, cfg) = (d.engine.snapshot(), d.config());
+                let unchanged = last
+                    .as_ref()
+                    .is_some_and(|(s, c)| Arc::ptr_eq(s, &snap) && Arc::ptr_eq(c, &cfg));
+                let saved = if unchanged {
+                    report::touch_states(&states_path)
+                } else {
+                    report::save_states(&states_path, &report::current_states(&cfg, &d.engine))
+                };
+                match saved {
+                    Ok(()) => last = Some((snap, cfg)),
+                    Err(e) => {
                         warn!("saving health states to {}: {e:#}", states_path.display());
+                        last = None;
                     }
-                    last = Some(states);
                 }
                 if stopping {
                     break;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
@@ -168,6 +168,27 @@ pub(crate) fn save_states(path: &Path, services: &BTreeMap<String, Restored>) ->
     write_atomically(path, &serde_json::to_vec(&saved)?)
 }
 
+/// Marks the states saved at `path` as still current (the file's modification time), when
+/// nothing changed since they were written.
+pub(crate) fn touch_states(path: &Path) -> Result<()> {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+        .with_context(|| format!("touching {}", path.display()))
+}
+
+/// When the states at `path` were last confirmed: the later of the time written in the file
+/// and the file's modification time ([`touch_states`]).
+fn confirmed_at(path: &Path, saved_at_unix_ms: u64) -> u64 {
+    let touched = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    saved_at_unix_ms.max(touched)
+}
+
 /// The states saved at `path` within `within` of now; empty (with a warning) when the file
 /// is unreadable or corrupt, empty (with a note) when it is older.
 pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, Restored> {
@@ -192,7 +213,7 @@ pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, 
             return HashMap::new();
         }
     };
-    let age = unix_ms_now().saturating_sub(saved.saved_at_unix_ms);
+    let age = unix_ms_now().saturating_sub(confirmed_at(path, saved.saved_at_unix_ms));
     if age > within.as_millis() as u64 {
         tracing::info!(
             age_s = age / 1000,
@@ -230,12 +251,23 @@ mod tests {
         assert_eq!(read_states(&path, within).get("web"), Some(&web));
         std::fs::write(&path, b"{ not json").expect("write");
         assert!(read_states(&path, within).is_empty(), "corrupt");
+        // Written 31 s ago and not confirmed since: too old.
         let stale = format!(
-            r#"{{"saved_at_unix_ms": {}, "services": {{}}}}"#,
-            unix_ms_now() - 31_000
+            r#"{{"saved_at_unix_ms": {}, "services": {{"web": {}}}}}"#,
+            unix_ms_now() - 31_000,
+            serde_json::to_string(&web).expect("json")
         );
         std::fs::write(&path, stale).expect("write");
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(31);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(long_ago))
+            .expect("set mtime");
         assert!(read_states(&path, within).is_empty(), "older than 30 s");
+        // The same states confirmed unchanged a moment ago are current.
+        touch_states(&path).expect("touch");
+        assert_eq!(read_states(&path, within).get("web"), Some(&web));
         assert!(read_states(&dir.join("absent.json"), within).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
