@@ -7,6 +7,7 @@
 //! the bottom: it imports nothing and any layer records into it.
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod gslb;

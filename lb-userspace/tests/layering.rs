@@ -19,8 +19,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("proxy", 3),
     ("gslb", 3),
     ("daemon", 4),
-    ("api", 5),
-    ("run", 6),
+    ("cluster", 5),
+    ("api", 6),
+    ("run", 7),
 ];
 
 /// (importing module, imported module) -> the files that make the import.

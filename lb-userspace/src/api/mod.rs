@@ -2,10 +2,12 @@
 //!
 //! Reads come from one snapshot of the running [`Daemon`]; changes (Maintenance, Backup,
 //! reload, a peer's configuration) are written to the configuration file first and then
-//! reloaded, so they survive restarts (S-MT8), and are pushed to cluster peers (S-CL).
+//! reloaded, so they survive restarts (S-MT8), and are published to the cluster: through
+//! etcd (S-CL3) or pushed to peers (S-CL1/2).
 
 mod admin;
 mod auth;
+mod change;
 pub mod cli;
 pub mod client;
 mod cluster;
@@ -18,7 +20,6 @@ mod stats_csv;
 pub mod status;
 mod ui;
 mod view;
-pub mod write_back;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,7 +34,10 @@ use tracing::info;
 
 pub use auth::constant_time_eq;
 pub use error::ApiError;
+/// Kept here for callers of the API's write-back (it moved to the configuration module).
+pub use crate::config::write_back;
 
+use crate::cluster::Cluster;
 use crate::daemon::Daemon;
 
 /// Shared by every handler.
@@ -41,19 +45,20 @@ use crate::daemon::Daemon;
 pub(crate) struct ApiState {
     /// The running daemon.
     pub daemon: Arc<Daemon>,
-    /// Cluster push bookkeeping.
-    pub cluster: Arc<cluster::ClusterState>,
-    /// One file edit (and its reload) at a time.
-    pub edits: Arc<tokio::sync::Mutex<()>>,
+    /// The shared configuration (etcd) and the edit lock every change holds.
+    pub cluster: Arc<Cluster>,
+    /// Pushes to `[[cluster.peer]]` (`store = "peers"`).
+    pub pushes: Arc<cluster::ClusterState>,
 }
 
-/// The router alone (for tests): every route, behind the token check when `token` is set.
-pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
+/// The router alone: every route, behind the token check when `token` is set; `cluster`
+/// is this node's side of the shared configuration ([`Cluster::start`]).
+pub fn router(daemon: Arc<Daemon>, cluster: Arc<Cluster>, token: Option<String>) -> Router {
     metrics::start_time();
     let state = ApiState {
         daemon,
-        cluster: Arc::default(),
-        edits: Arc::default(),
+        cluster,
+        pushes: Arc::default(),
     };
     // The page's static files hold no data, and a browser cannot send a bearer token when it
     // loads a page: they are served without the token; the page sends it on its API calls.
@@ -151,8 +156,11 @@ pub async fn serve_on(
         .local_addr()
         .context("the API listener's address")?;
     info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
-    let app = router(daemon, token);
-    axum::serve(listener, app)
+    // The shared configuration is followed as long as the API serves: changes made here
+    // and the cluster's status go through both.
+    let cluster = Cluster::start(daemon.clone());
+    let app = router(daemon, cluster.clone(), token);
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             while !*stop.borrow() {
                 if stop.changed().await.is_err() {
@@ -161,5 +169,7 @@ pub async fn serve_on(
             }
         })
         .await
-        .context("serving the API")
+        .context("serving the API");
+    cluster.stop().await;
+    served
 }
