@@ -17,32 +17,52 @@ const RETRY: Duration = Duration::from_millis(500);
 
 /// Runs until aborted.
 pub(super) async fn follow(inner: std::sync::Arc<Inner>) {
+    // Watch from the revision after the applied one (so every change made while etcd was
+    // away arrives), or read in full first: at start, and after a compaction.
+    let mut full = true;
     loop {
         match inner.store().await {
-            Ok(store) => {
-                if let Err(e) = round(&inner, store).await {
+            Ok(store) => match round(&inner, store, full).await {
+                Ok(()) => full = true,
+                Err(e) => {
                     inner.lost(&e);
+                    full = applied_revision(&inner) == 0;
                 }
-            }
+            },
             Err(e) => inner.lost(&e),
         }
         tokio::time::sleep(RETRY).await;
     }
 }
 
-/// One full read and the watch that follows it, until the watch breaks.
-async fn round(inner: &Inner, store: &Store) -> Result<(), super::StoreError> {
-    let (stored, header) = store.read().await?;
-    inner.reached(stored.as_ref().map(|s| s.revision));
-    match stored {
-        Some(stored) => {
-            let _one = inner.edits.lock().await;
-            take(inner, &stored).await;
+fn applied_revision(inner: &Inner) -> i64 {
+    inner
+        .etcd()
+        .map_or(0, |e| lock(&e.status).applied_revision)
+}
+
+/// A full read (when `full`) and the watch that follows, until the watch breaks: Ok when
+/// etcd compacted past the revision watched from (read in full next), Err when etcd failed.
+async fn round(inner: &Inner, store: &Store, full: bool) -> Result<(), super::StoreError> {
+    let from = if full {
+        let (stored, header) = store.read().await?;
+        inner.reached(stored.as_ref().map(|s| s.revision));
+        if let Some(etcd) = inner.etcd() {
+            lock(&etcd.status).full_reads += 1;
         }
-        None => seed(inner, store).await?,
-    }
+        match stored {
+            Some(stored) => {
+                let _one = inner.edits.lock().await;
+                take(inner, &stored).await;
+            }
+            None => seed(inner, store).await?,
+        }
+        header + 1
+    } else {
+        applied_revision(inner) + 1
+    };
     let mut client = store.client();
-    let options = WatchOptions::new().with_start_revision(header + 1);
+    let options = WatchOptions::new().with_start_revision(from);
     let mut stream = store
         .bounded(client.watch(store.config_key.as_str(), Some(options)))
         .await?;
@@ -54,30 +74,41 @@ async fn round(inner: &Inner, store: &Store) -> Result<(), super::StoreError> {
         if resp.canceled() {
             if resp.compact_revision() > 0 {
                 info!(
+                    from,
                     compacted = resp.compact_revision(),
                     "etcd compacted past the revision watched from: reading the configuration in full"
                 );
                 return Ok(());
             }
-            return Err(store.unreachable(format!("the watch was canceled: {}", resp.cancel_reason())));
+            return Err(store.unreachable(format!(
+                "the watch was canceled: {}",
+                resp.cancel_reason()
+            )));
         }
+        if resp.created() {
+            inner.reached(None);
+        }
+        // Each revision is a whole configuration: of a batch only the newest counts.
+        let mut newest = None;
         for event in resp.events() {
             let Some(kv) = event.kv() else { continue };
             match event.event_type() {
                 EventType::Put => {
-                    let stored = Stored {
+                    newest = Some(Stored {
                         text: String::from_utf8_lossy(kv.value()).into_owned(),
                         revision: kv.mod_revision(),
-                    };
-                    inner.reached(Some(stored.revision));
-                    let _one = inner.edits.lock().await;
-                    take(inner, &stored).await;
+                    })
                 }
                 EventType::Delete => warn!(
                     key = %store.config_key,
                     "the shared configuration was deleted from etcd: running on, on the last applied revision; any change made here writes it again"
                 ),
             }
+        }
+        if let Some(stored) = newest {
+            inner.reached(Some(stored.revision));
+            let _one = inner.edits.lock().await;
+            take(inner, &stored).await;
         }
     }
 }

@@ -22,6 +22,9 @@ pub struct Status {
     pub refused: Option<Refused>,
     /// Manual Sync Mode: changes made here and not yet published with Synchronize.
     pub staged: bool,
+    /// How many times this node read the configuration in full: at start, and each time
+    /// etcd had compacted past the revision it was to watch from.
+    pub full_reads: u64,
 }
 
 /// A revision of the shared configuration this node would not apply.
