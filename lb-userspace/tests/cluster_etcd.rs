@@ -156,7 +156,9 @@ impl Node {
     }
 
     async fn applied(&self) -> i64 {
-        self.status().await["applied_revision"].as_i64().unwrap_or(0)
+        self.status().await["applied_revision"]
+            .as_i64()
+            .unwrap_or(0)
     }
 
     async fn flag(&self, backend: &str, flag: &str) -> bool {
@@ -314,18 +316,33 @@ async fn s_cl3_a_change_on_any_node_reaches_every_node() {
     assert!(took < Duration::from_secs(1), "{took:?}");
     let text = n1.text();
     assert!(text.contains("maintenance = true # b2 comment"), "{text}");
-    assert!(text.contains(&n1.url.replace("http://", "")), "node 1 keeps its [api]: {text}");
-    assert!(text.contains("node_name = \"c1\""), "node 1 keeps its [cluster]");
+    assert!(
+        text.contains(&n1.url.replace("http://", "")),
+        "node 1 keeps its [api]: {text}"
+    );
+    assert!(
+        text.contains("node_name = \"c1\""),
+        "node 1 keeps its [cluster]"
+    );
     let (stored, revision) = etcd.get(&format!("{PREFIX}/config")).unwrap();
     assert_eq!(revision, changed);
-    assert!(!stored.contains("[api]") && !stored.contains("[cluster]"), "{stored}");
+    assert!(
+        !stored.contains("[api]") && !stored.contains("[cluster]"),
+        "{stored}"
+    );
 
     // Two nodes at once: both changes survive.
     let (r1, r2) = tokio::join!(
         n1.post("/api/v1/backends/b1/backup", json!({"on": true})),
         n2.maintenance("spare", true)
     );
-    assert_eq!((r1.status, r2.status), (200, 200), "{} {}", r1.body, r2.body);
+    assert_eq!(
+        (r1.status, r2.status),
+        (200, 200),
+        "{} {}",
+        r1.body,
+        r2.body
+    );
     for node in &nodes {
         wait_until("both concurrent changes everywhere", 2, || async {
             node.flag("b1", "backup").await && node.flag("spare", "maintenance").await
@@ -369,7 +386,9 @@ async fn s_cl3_a_change_on_any_node_reaches_every_node() {
     wait_until("every node registered the last revision", 5, || async {
         let v = n1.get("/api/v1/cluster").await.body;
         v["nodes"].as_array().is_some_and(|a| {
-            a.len() == 3 && a.iter().all(|n| n["applied_revision"] == last && n["agrees"] == true)
+            a.len() == 3
+                && a.iter()
+                    .all(|n| n["applied_revision"] == last && n["agrees"] == true)
         })
     })
     .await;
@@ -390,9 +409,9 @@ async fn s_cl3_a_change_on_any_node_reaches_every_node() {
     assert!(shown.contains("etcd: reachable"), "{shown}");
     for name in ["c1", "c2", "c3"] {
         assert!(
-            shown
-                .lines()
-                .any(|l| l.starts_with(name) && l.contains(&last.to_string()) && l.ends_with("yes")),
+            shown.lines().any(|l| l.starts_with(name)
+                && l.contains(&last.to_string())
+                && l.ends_with("yes")),
             "{shown}"
         );
     }
@@ -540,14 +559,21 @@ async fn s_cl3_etcd_stopped_nodes_run_on_and_catch_up() {
     let revision = etcd.put(&key, &edit(&text, "b1", "backup", true));
     let start = Instant::now();
     for node in &nodes {
-        wait_until("the change made while they were away applied", 10, || async {
-            let st = node.status().await;
-            st["applied_revision"] == revision && st["store_reachable"] == true
-        })
+        wait_until(
+            "the change made while they were away applied",
+            10,
+            || async {
+                let st = node.status().await;
+                st["applied_revision"] == revision && st["store_reachable"] == true
+            },
+        )
         .await;
         assert!(node.flag("b1", "backup").await);
     }
-    println!("every node applied the etcdctl change {:?} after etcd restarted", start.elapsed());
+    println!(
+        "every node applied the etcdctl change {:?} after etcd restarted",
+        start.elapsed()
+    );
     for node in nodes {
         node.shutdown().await;
     }
@@ -591,7 +617,10 @@ async fn s_cl3_compaction_past_a_node_makes_it_read_in_full() {
         let st = node.status().await;
         assert!(st["full_reads"].as_i64().unwrap() > before, "{st}");
         assert!(node.flag("spare", "maintenance").await);
-        assert!(!node.flag("b1", "maintenance").await, "only the newest revision runs");
+        assert!(
+            !node.flag("b1", "maintenance").await,
+            "only the newest revision runs"
+        );
     }
     for node in nodes {
         node.shutdown().await;
@@ -612,7 +641,10 @@ async fn s_cl2_s_cl3_manual_sync_stages_until_synchronize() {
     assert_eq!(r.body["staged"], true, "{}", r.body);
     assert!(n1.flag("b1", "maintenance").await, "runs here at once");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!n2.flag("b1", "maintenance").await, "not published before Synchronize");
+    assert!(
+        !n2.flag("b1", "maintenance").await,
+        "not published before Synchronize"
+    );
     assert_eq!(n1.status().await["staged"], true);
     let r = n1.post("/api/v1/cluster/sync", json!({})).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -639,13 +671,19 @@ async fn s_cl2_s_cl3_manual_sync_stages_until_synchronize() {
     assert_eq!(r.status, 409, "{}", r.body);
     let error = r.body["error"].as_str().unwrap();
     assert!(
-        error.contains(&format!("revision {published}")) && error.contains(&format!("revision {newer}")),
+        error.contains(&format!("revision {published}"))
+            && error.contains(&format!("revision {newer}")),
         "{error}"
     );
-    let r = n1.post("/api/v1/cluster/sync", json!({"discard": true})).await;
+    let r = n1
+        .post("/api/v1/cluster/sync", json!({"discard": true}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(n1.applied().await, newer);
-    assert!(!n1.flag("b2", "maintenance").await, "the staged change was dropped");
+    assert!(
+        !n1.flag("b2", "maintenance").await,
+        "the staged change was dropped"
+    );
     assert!(!n1.flag("spare", "backup").await, "node 2's change runs");
     for node in nodes {
         node.shutdown().await;
@@ -679,7 +717,10 @@ async fn s_cl3_bad_etcd_at_start_keeps_the_local_configuration() {
         node.applied().await > 0
     })
     .await;
-    assert!(etcd.get(&format!("{PREFIX}/config")).is_some(), "it seeded etcd");
+    assert!(
+        etcd.get(&format!("{PREFIX}/config")).is_some(),
+        "it seeded etcd"
+    );
     node.shutdown().await;
 
     // A prefix holding a configuration that does not validate.
@@ -693,7 +734,17 @@ async fn s_cl3_bad_etcd_at_start_keeps_the_local_configuration() {
     .await;
     let st = node.status().await;
     assert_eq!(st["applied_revision"], 0, "{st}");
-    assert!(st["refused"]["error"].as_str().unwrap().contains("missing field `address`"), "{st}");
-    assert_eq!(node.get("/api/v1/backends/b1").await.status, 200, "its own file runs");
+    assert!(
+        st["refused"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `address`"),
+        "{st}"
+    );
+    assert_eq!(
+        node.get("/api/v1/backends/b1").await.status,
+        200,
+        "its own file runs"
+    );
     node.shutdown().await;
 }

@@ -74,7 +74,7 @@ pub(crate) async fn reload(st: &ApiState) -> ApiResult<Vec<String>> {
 /// `POST /api/v1/reload`: the file as it is now; with etcd it is published (against the
 /// revision running here) so that every node runs it.
 pub(crate) async fn reload_handler(State(st): State<ApiState>) -> ApiResult<Json<Value>> {
-    let mut answer = change::make(&st, Edit::Publish, Origin::Here).await?;
+    let mut answer = change::make(&st, Edit::Reload, Origin::Here).await?;
     info!("configuration reloaded through the API");
     answer["reloaded"] = json!(true);
     Ok(Json(answer))

@@ -44,7 +44,7 @@ pub(crate) async fn make(st: &ApiState, edit: Edit, origin: Origin) -> ApiResult
             } => write_back::set_value(&old, table, &name, key, value).map_err(text_error)?,
             Edit::Replace { text, .. } => write_back::merge_shared(&old, &text)
                 .map_err(|e| ApiError::bad_request(format!("field `config`: {e}")))?,
-            Edit::Publish => old.clone(),
+            Edit::Reload | Edit::Publish => old.clone(),
             Edit::Discard => {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,

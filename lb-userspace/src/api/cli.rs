@@ -612,7 +612,10 @@ fn etcd_status(v: &Value) {
         s(&v["manual_sync"])
     );
     if st["store_reachable"] == true {
-        println!("etcd: reachable, holds revision {}", s(&st["store_revision"]));
+        println!(
+            "etcd: reachable, holds revision {}",
+            s(&st["store_revision"])
+        );
     } else {
         println!(
             "etcd: UNREACHABLE ({}): running on the last applied revision",

@@ -142,8 +142,7 @@ pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
     let Some(cluster) = &cfg.cluster else {
         return Json(json!({ "enabled": false, "manual_sync": false, "peers": [] }));
     };
-    if let (Some(status), Some((node, etcd))) = (st.cluster.status(), st.cluster.etcd_settings())
-    {
+    if let (Some(status), Some((node, etcd))) = (st.cluster.status(), st.cluster.etcd_settings()) {
         let nodes = st.cluster.nodes().await;
         // Read after the node list: listing the nodes refreshes what etcd holds.
         let status = st.cluster.status().unwrap_or(status);
@@ -164,7 +163,9 @@ pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
         .iter()
         .map(|p| json!({ "name": p.name, "url": p.url, "last_sync": st.pushes.last(&p.name) }))
         .collect();
-    Json(json!({ "enabled": true, "store": "peers", "manual_sync": cluster.manual_sync, "peers": peers }))
+    Json(
+        json!({ "enabled": true, "store": "peers", "manual_sync": cluster.manual_sync, "peers": peers }),
+    )
 }
 
 /// `POST /api/v1/cluster/sync`: Synchronize now (S-CL2); 502 when a peer refused. With
@@ -182,7 +183,9 @@ pub(crate) async fn sync(State(st): State<ApiState>, body: Bytes) -> ApiResult<R
             true => false,
             false => {
                 let v: Value = serde_json::from_slice(&body).map_err(|e| {
-                    ApiError::bad_request(format!("body must be empty or JSON {{\"discard\": true|false}}: {e}"))
+                    ApiError::bad_request(format!(
+                        "body must be empty or JSON {{\"discard\": true|false}}: {e}"
+                    ))
                 })?;
                 match v.get("discard") {
                     None | Some(Value::Bool(false)) => false,
@@ -195,7 +198,11 @@ pub(crate) async fn sync(State(st): State<ApiState>, body: Bytes) -> ApiResult<R
                 }
             }
         };
-        let edit = if discard { Edit::Discard } else { Edit::Publish };
+        let edit = if discard {
+            Edit::Discard
+        } else {
+            Edit::Publish
+        };
         let mut done = change::make(&st, edit, Origin::Here).await?;
         done["synced"] = json!(true);
         info!(discard, "Synchronize through etcd done");

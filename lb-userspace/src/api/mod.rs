@@ -32,10 +32,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::info;
 
-pub use auth::constant_time_eq;
-pub use error::ApiError;
 /// Kept here for callers of the API's write-back (it moved to the configuration module).
 pub use crate::config::write_back;
+pub use auth::constant_time_eq;
+pub use error::ApiError;
 
 use crate::cluster::Cluster;
 use crate::daemon::Daemon;
@@ -145,9 +145,23 @@ pub async fn bind(listen: SocketAddr, has_token: bool) -> anyhow::Result<TcpList
         .with_context(|| format!("binding the API on {listen} (api.listen)"))
 }
 
-/// Serves the API on a listener from [`bind`] until `stop` turns true.
+/// Serves the API on a listener from [`bind`] until `stop` turns true, following the
+/// shared configuration (etcd) as long as it serves.
 pub async fn serve_on(
     daemon: Arc<Daemon>,
+    listener: TcpListener,
+    token: Option<String>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let cluster = Cluster::start(daemon.clone());
+    serve_with(daemon, cluster, listener, token, stop).await
+}
+
+/// [`serve_on`] with this node's side of the shared configuration started by the caller
+/// (`lb run`, which also publishes a SIGHUP reload through it); stops it at the end.
+pub async fn serve_with(
+    daemon: Arc<Daemon>,
+    cluster: Arc<Cluster>,
     listener: TcpListener,
     token: Option<String>,
     mut stop: watch::Receiver<bool>,
@@ -156,9 +170,6 @@ pub async fn serve_on(
         .local_addr()
         .context("the API listener's address")?;
     info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
-    // The shared configuration is followed as long as the API serves: changes made here
-    // and the cluster's status go through both.
-    let cluster = Cluster::start(daemon.clone());
     let app = router(daemon, cluster.clone(), token);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {

@@ -40,7 +40,9 @@ pub enum Edit {
         /// The revision it was made against.
         base: Option<i64>,
     },
-    /// This node's file as it is now: a reload, or Synchronize with Manual Sync Mode.
+    /// This node's file as it is now (a reload): published, or staged with Manual Sync Mode.
+    Reload,
+    /// Synchronize: publish this node's file, staged changes included.
     Publish,
     /// Manual Sync Mode: drop the changes staged here and run etcd's revision again.
     Discard,
@@ -104,6 +106,7 @@ pub(super) async fn change(inner: &Inner, edit: Edit) -> Result<Changed, ChangeE
         Edit::Discard => discard(inner).await,
         Edit::Publish => publish(inner).await,
         edit if manual => stage(inner, edit).await,
+        Edit::Reload => publish(inner).await,
         Edit::Set {
             table,
             name,
@@ -119,9 +122,7 @@ pub(super) async fn change(inner: &Inner, edit: Edit) -> Result<Changed, ChangeE
 }
 
 fn running(inner: &Inner) -> i64 {
-    inner
-        .etcd()
-        .map_or(0, |e| lock(&e.status).applied_revision)
+    inner.etcd().map_or(0, |e| lock(&e.status).applied_revision)
 }
 
 /// A flag or weight, set on etcd's newest text and swapped in; set again on a newer text
@@ -148,7 +149,11 @@ async fn set(
         match store.swap(base, &edited).await? {
             Swap::Done(revision) => return finish(inner, &local, &merged, revision).await,
             Swap::Moved(current) => {
-                info!(base, current, "another node changed the shared configuration first: setting {key} again on the newer one");
+                info!(
+                    base,
+                    current,
+                    "another node changed the shared configuration first: setting {key} again on the newer one"
+                );
             }
         }
     }
@@ -223,7 +228,7 @@ async fn stage(inner: &Inner, edit: Edit) -> Result<Changed, ChangeError> {
         Edit::Replace { text, .. } => {
             write_back::merge_shared(&local, &write_back::shared_part(&text)?)?
         }
-        Edit::Publish | Edit::Discard => local.clone(),
+        Edit::Reload | Edit::Publish | Edit::Discard => local.clone(),
     };
     let warnings = apply_text(&inner.daemon, &local, &new).await?;
     if let Some(e) = inner.etcd() {
@@ -241,9 +246,9 @@ async fn discard(inner: &Inner) -> Result<Changed, ChangeError> {
     let store = inner.store().await?;
     let (stored, _) = store.read().await?;
     let Some(stored) = stored else {
-        return Err(ChangeError::Unreachable(store.unreachable(
-            "etcd holds no shared configuration to go back to",
-        )));
+        return Err(ChangeError::Unreachable(
+            store.unreachable("etcd holds no shared configuration to go back to"),
+        ));
     };
     merge_and_apply(inner, &stored.text)
         .await

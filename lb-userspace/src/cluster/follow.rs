@@ -36,9 +36,7 @@ pub(super) async fn follow(inner: std::sync::Arc<Inner>) {
 }
 
 fn applied_revision(inner: &Inner) -> i64 {
-    inner
-        .etcd()
-        .map_or(0, |e| lock(&e.status).applied_revision)
+    inner.etcd().map_or(0, |e| lock(&e.status).applied_revision)
 }
 
 /// A full read (when `full`) and the watch that follows, until the watch breaks: Ok when
@@ -80,10 +78,9 @@ async fn round(inner: &Inner, store: &Store, full: bool) -> Result<(), super::St
                 );
                 return Ok(());
             }
-            return Err(store.unreachable(format!(
-                "the watch was canceled: {}",
-                resp.cancel_reason()
-            )));
+            return Err(
+                store.unreachable(format!("the watch was canceled: {}", resp.cancel_reason()))
+            );
         }
         if resp.created() {
             inner.reached(None);
@@ -142,7 +139,10 @@ pub(super) async fn take(inner: &Inner, stored: &Stored) {
         let mut st = lock(&etcd.status);
         st.store_revision = st.store_revision.max(stored.revision);
         if stored.revision <= st.applied_revision
-            || st.refused.as_ref().is_some_and(|r| r.revision == stored.revision)
+            || st
+                .refused
+                .as_ref()
+                .is_some_and(|r| r.revision == stored.revision)
         {
             return;
         }

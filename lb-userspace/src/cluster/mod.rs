@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 pub use apply::{ApplyError, apply_text, validate};
-pub use change::{ChangeError, Edit};
+pub use change::{ChangeError, Changed, Edit};
 pub use state::{NodeRecord, NodeView, Refused, Status};
 pub use store::StoreError;
 
@@ -171,7 +171,7 @@ impl Cluster {
     }
 
     /// Applies `edit` through etcd (S-CL3): see [`Edit`]. The caller holds no edit lock.
-    pub async fn change(&self, edit: Edit) -> Result<change::Changed, ChangeError> {
+    pub async fn change(&self, edit: Edit) -> Result<Changed, ChangeError> {
         change::change(&self.inner, edit).await
     }
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions,
-    Txn, TxnOp, TxnOpResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
 
 use crate::config::EtcdSettings;
@@ -179,7 +179,10 @@ impl Store {
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key());
                 let name = key.strip_prefix(&self.nodes_prefix).unwrap_or(&key);
-                (name.to_owned(), String::from_utf8_lossy(kv.value()).into_owned())
+                (
+                    name.to_owned(),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
             })
             .collect())
     }

@@ -29,10 +29,7 @@ impl Etcd {
 
     /// Starts etcd with its client URL on `port`.
     pub fn start_on(tag: &str, port: u16) -> Etcd {
-        let dir = std::env::temp_dir().join(format!(
-            "lb-etcd-{tag}-{}-{port}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("lb-etcd-{tag}-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut etcd = Etcd {
             child: None,
@@ -57,8 +54,18 @@ impl Etcd {
             .args(["--name", "test", "--logger", "zap", "--log-level", "error"])
             .arg("--data-dir")
             .arg(&self.dir)
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
             .args(["--initial-cluster", &format!("test={peer}")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -123,7 +130,10 @@ impl Etcd {
         let kv = v["kvs"].as_array()?.first()?.clone();
         let value = kv["value"].as_str()?;
         let bytes = base64_decode(value);
-        Some((String::from_utf8_lossy(&bytes).into_owned(), kv["mod_revision"].as_i64()?))
+        Some((
+            String::from_utf8_lossy(&bytes).into_owned(),
+            kv["mod_revision"].as_i64()?,
+        ))
     }
 }
 
@@ -173,7 +183,9 @@ impl Gate {
     /// Forwards 127.0.0.1:`port` (a new one) to 127.0.0.1:`target`.
     pub async fn new(target: u16) -> Gate {
         let port = free_port();
-        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("gate binds");
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("gate binds");
         let (open, open_rx) = watch::channel(true);
         let task = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {

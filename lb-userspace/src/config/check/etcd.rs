@@ -91,7 +91,10 @@ pub(in crate::config) fn etcd(raw: &Spanned<RawEtcd>, issues: &mut Issues) -> Op
         .enumerate()
         .filter_map(|(i, e)| endpoint(e, &format!("cluster.etcd.endpoints[{i}]"), issues))
         .collect();
-    let https = endpoints.iter().filter(|e| e.starts_with("https://")).count();
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
     if https != 0 && https != endpoints.len() {
         issues.error(
             &raw.endpoints.span(),
@@ -231,13 +234,119 @@ mod tests {
     /// S-CL3: etcd is reached by `http(s)://host:port`, nothing else.
     #[test]
     fn s_cl3_endpoint_urls() {
-        assert_eq!(url("http://127.0.0.1:2379").as_deref(), Some("http://127.0.0.1:2379"));
-        assert_eq!(url("https://etcd1.example:2379/").as_deref(), Some("https://etcd1.example:2379"));
-        assert_eq!(url("http://[fd00::5]:2379").as_deref(), Some("http://[fd00::5]:2379"));
+        assert_eq!(
+            url("http://127.0.0.1:2379").as_deref(),
+            Some("http://127.0.0.1:2379")
+        );
+        assert_eq!(
+            url("https://etcd1.example:2379/").as_deref(),
+            Some("https://etcd1.example:2379")
+        );
+        assert_eq!(
+            url("http://[fd00::5]:2379").as_deref(),
+            Some("http://[fd00::5]:2379")
+        );
         assert_eq!(url("etcd1:2379"), None);
         assert_eq!(url("http://etcd1"), None);
         assert_eq!(url("unix://etcd1:2379"), None);
         assert_eq!(url("http://etcd1:2379/v3"), None);
+    }
+
+    fn errors(cluster: &str) -> String {
+        let text = format!("[api]\nlisten = \"127.0.0.1:9180\"\n\n{cluster}");
+        match crate::config::parse(&text, "c.toml") {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// S-CL3: a good `[cluster.etcd]` reads into the model with its defaults.
+    #[test]
+    fn s_cl3_etcd_settings_read() {
+        let text = "[cluster]\nstore = \"etcd\"\nnode_name = \"lb-1\"\n[cluster.etcd]\nendpoints = [\"https://10.0.0.5:2379\", \"https://10.0.0.6:2379\"]\nusername = \"lb\"\npassword = \"secret\"\nca_file = \"/etc/lb/etcd-ca.pem\"\n";
+        let cfg = crate::config::parse(text, "c.toml").expect("valid");
+        let cluster = cfg.cluster.expect("cluster");
+        assert_eq!(cluster.node_name, "lb-1");
+        let crate::config::ClusterStore::Etcd(etcd) = cluster.store else {
+            panic!("etcd store");
+        };
+        assert_eq!(etcd.prefix, DEFAULT_PREFIX);
+        assert_eq!(etcd.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(etcd.auth, Some(("lb".into(), "secret".into())));
+        assert!(
+            !format!("{etcd:?}").contains("secret"),
+            "the password is never printed"
+        );
+        assert_eq!(
+            etcd.tls.and_then(|t| t.ca_file),
+            Some(PathBuf::from("/etc/lb/etcd-ca.pem"))
+        );
+    }
+
+    /// S-CL3, bad input: each wrong `[cluster]` / `[cluster.etcd]` gets an error naming the
+    /// field and what to write instead.
+    #[test]
+    fn s_cl3_wrong_etcd_settings_are_named() {
+        let etcd = "[cluster]\nstore = \"etcd\"\n[cluster.etcd]\n";
+        let cases = [
+            ("[cluster]\nstore = \"zookeeper\"\n", "cluster.store"),
+            ("[cluster]\nstore = \"etcd\"\n", "needs [cluster.etcd]"),
+            (
+                &format!("{etcd}endpoints = []\n"),
+                "at least one etcd client URL",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"10.0.0.5:2379\"]\n"),
+                "not an etcd client URL",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\", \"https://b:1\"]\nca_file = \"x\"\n"),
+                "mix of http:// and https://",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"https://a:1\"]\n"),
+                "need `ca_file`",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\"]\nca_file = \"x\"\n"),
+                "TLS files are set",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\"]\nusername = \"u\"\n"),
+                "both `username` and `password`",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\"]\nprefix = \"lb/\"\n"),
+                "not a key prefix",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\"]\ntimeout = 0\n"),
+                "cluster.etcd.timeout",
+            ),
+            (
+                &format!("{etcd}endpoints = [\"http://a:1\"]\nbogus = 1\n"),
+                "bogus",
+            ),
+            (
+                "[cluster]\nstore = \"etcd\"\nnode_name = \"a b\"\n[cluster.etcd]\nendpoints = [\"http://a:1\"]\n",
+                "not a node name",
+            ),
+            (
+                "[cluster]\nstore = \"etcd\"\n[[cluster.peer]]\nname = \"p\"\nurl = \"http://a:1\"\n[cluster.etcd]\nendpoints = [\"http://a:1\"]\n",
+                "[[cluster.peer]] is for store = \"peers\"",
+            ),
+            (
+                "[cluster]\n[[cluster.peer]]\nname = \"p\"\nurl = \"http://a:1\"\n[cluster.etcd]\nendpoints = [\"http://a:1\"]\n",
+                "read only with store = \"etcd\"",
+            ),
+        ];
+        for (cluster, expected) in cases {
+            let found = errors(cluster);
+            assert!(
+                found.contains(expected),
+                "{cluster}\nwanted `{expected}` in:\n{found}"
+            );
+        }
     }
 
     /// S-CL3: prefixes are absolute key paths without a trailing `/`.

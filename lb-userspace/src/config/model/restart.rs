@@ -61,11 +61,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
             dbg(&nr.network_add_delay),
         ),
         ("reflection.l7_delay", dbg(&rr.l7_delay), dbg(&nr.l7_delay)),
-        (
-            "cluster.store",
-            dbg(&etcd_of(r)),
-            dbg(&etcd_of(n)),
-        ),
+        ("cluster.store", dbg(&etcd_of(r)), dbg(&etcd_of(n))),
         (
             "cluster.node_name",
             dbg(&r.cluster.as_ref().map(|c| &c.node_name)),
