@@ -392,6 +392,17 @@ async fn s_cl3_a_change_on_any_node_reaches_every_node() {
         })
     })
     .await;
+    // The Live Stats payload carries the same, as last read (refreshed every few seconds).
+    wait_until("Live Stats lists every node agreeing", 5, || async {
+        let live = n2.get("/api/v1/stats/live").await.body;
+        live["cluster"]["status"]["store_reachable"] == true
+            && live["cluster"]["nodes"].as_array().is_some_and(|a| {
+                a.len() == 3
+                    && a.iter()
+                        .all(|n| n["applied_revision"] == last && n["agrees"] == true)
+            })
+    })
+    .await;
     assert_eq!(n3.metric("lb_cluster_store_reachable").await, Some(1.0));
     assert_eq!(
         n3.metric("lb_cluster_applied_revision").await,

@@ -25,6 +25,9 @@ struct Live {
     vservices: Vec<VServiceView>,
     backends: Vec<LiveBackend>,
     dns_vservices: Vec<Value>,
+    /// With `[cluster] store = "etcd"`: whether etcd answers, the revision running here and
+    /// every node with the revision it runs (as last read, not asked of etcd per poll).
+    cluster: Option<Value>,
 }
 
 /// A Backend Service as Live Stats shows it: the `/backends` view plus its health details.
@@ -101,6 +104,13 @@ pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
         vservices,
         backends,
         dns_vservices: dns,
+        cluster: st.cluster.status().map(|status| {
+            json!({
+                "node": st.cluster.etcd_settings().map(|(node, _)| node),
+                "status": status,
+                "nodes": st.cluster.cached_nodes(),
+            })
+        }),
     })
 }
 

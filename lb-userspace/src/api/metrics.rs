@@ -510,6 +510,9 @@ fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
             u8::from(status.refused.is_some()),
         );
     }
+    if cluster.peers.is_empty() {
+        return;
+    }
     o.family(
         "lb_cluster_peer_last_sync_ok",
         "gauge",

@@ -250,7 +250,8 @@ async fn discard(inner: &Inner) -> Result<Changed, ChangeError> {
             store.unreachable("etcd holds no shared configuration to go back to"),
         ));
     };
-    merge_and_apply(inner, &stored.text)
+    let origin = format!("shared configuration revision {}", stored.revision);
+    merge_and_apply(inner, &stored.text, &origin)
         .await
         .map_err(ApplyError::Refused)?;
     if let Some(e) = inner.etcd() {

@@ -65,7 +65,7 @@ async fn round(inner: &Inner, store: &Store, full: bool) -> Result<(), super::St
         .bounded(client.watch(store.config_key.as_str(), Some(options)))
         .await?;
     loop {
-        let message = stream.message().await.map_err(|e| store.unreachable(e))?;
+        let message = stream.message().await.map_err(|e| store.failed(&e))?;
         let Some(resp) = message else {
             return Err(store.unreachable("the watch ended"));
         };
@@ -154,7 +154,8 @@ pub(super) async fn take(inner: &Inner, stored: &Stored) {
             return;
         }
     }
-    match merge_and_apply(inner, &stored.text).await {
+    let origin = format!("shared configuration revision {}", stored.revision);
+    match merge_and_apply(inner, &stored.text, &origin).await {
         Ok(()) => {
             info!(revision = stored.revision, "shared configuration applied");
             applied(inner, stored.revision);
@@ -173,13 +174,21 @@ pub(super) async fn take(inner: &Inner, stored: &Stored) {
     }
 }
 
-/// This node's file with the shared part replaced by `shared`, applied when it differs.
-pub(super) async fn merge_and_apply(inner: &Inner, shared: &str) -> Result<(), String> {
+/// This node's file with the shared part replaced by `shared`, applied when it differs;
+/// validation issues name `origin` (which revision) rather than the local file.
+pub(super) async fn merge_and_apply(
+    inner: &Inner,
+    shared: &str,
+    origin: &str,
+) -> Result<(), String> {
     let path = inner.daemon.config_path();
     let local = write_back::read(path).map_err(|e| e.to_string())?;
     let merged = write_back::merge_shared(&local, shared).map_err(|e| e.to_string())?;
     if merged == local {
         return Ok(());
+    }
+    if let Err(e) = crate::config::parse_with_warnings(&merged, origin) {
+        return Err(super::ApplyError::Invalid(e).detail());
     }
     super::apply_text(&inner.daemon, &local, &merged)
         .await

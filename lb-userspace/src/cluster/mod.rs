@@ -133,33 +133,18 @@ impl Cluster {
     /// Every registered node, read from etcd now (the last list read when it does not
     /// answer), each marked whether it runs the revision etcd holds.
     pub async fn nodes(&self) -> Vec<NodeView> {
-        let Some(etcd) = &self.inner.etcd else {
+        if let Some(store) = self.inner.etcd().and_then(|e| e.store.get()) {
+            self.inner.refresh_nodes(store).await;
+        }
+        self.cached_nodes()
+    }
+
+    /// The nodes as last read from etcd (every few seconds, and by [`Cluster::nodes`]),
+    /// without asking etcd: for the Live Stats page, polled every second.
+    pub fn cached_nodes(&self) -> Vec<NodeView> {
+        let Some(etcd) = self.inner.etcd() else {
             return Vec::new();
         };
-        if let Some(store) = etcd.store.get() {
-            let read = async {
-                let (stored, _) = store.read().await?;
-                let nodes = store.nodes().await?;
-                Ok::<_, StoreError>((stored.map_or(0, |s| s.revision), nodes))
-            };
-            match read.await {
-                Ok((revision, nodes)) => {
-                    let records: Vec<NodeRecord> = nodes
-                        .iter()
-                        .filter_map(|(name, text)| match serde_json::from_str(text) {
-                            Ok(r) => Some(r),
-                            Err(e) => {
-                                warn!(node = %name, "a node record in etcd is not readable: {e}");
-                                None
-                            }
-                        })
-                        .collect();
-                    *lock(&etcd.nodes) = records;
-                    self.inner.reached(Some(revision));
-                }
-                Err(e) => self.inner.lost(&e),
-            }
-        }
         let store_revision = lock(&etcd.status).store_revision;
         lock(&etcd.nodes)
             .iter()
@@ -208,6 +193,33 @@ impl Inner {
             .await
     }
 
+    /// Reads the configuration key's revision and every node record into the cache.
+    async fn refresh_nodes(&self, store: &Store) {
+        let Some(etcd) = self.etcd() else { return };
+        let read = async {
+            let (stored, _) = store.read().await?;
+            let nodes = store.nodes().await?;
+            Ok::<_, StoreError>((stored.map_or(0, |s| s.revision), nodes))
+        };
+        match read.await {
+            Ok((revision, nodes)) => {
+                let records: Vec<NodeRecord> = nodes
+                    .iter()
+                    .filter_map(|(name, text)| match serde_json::from_str(text) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            warn!(node = %name, "a node record in etcd is not readable: {e}");
+                            None
+                        }
+                    })
+                    .collect();
+                *lock(&etcd.nodes) = records;
+                self.reached(Some(revision));
+            }
+            Err(e) => self.lost(&e),
+        }
+    }
+
     /// etcd answered (with the configuration key's revision when it was read).
     fn reached(&self, revision: Option<i64>) {
         let Some(etcd) = self.etcd() else { return };
@@ -215,7 +227,7 @@ impl Inner {
         if !st.store_reachable {
             tracing::info!(
                 applied = st.applied_revision,
-                "etcd answers: following the shared configuration again"
+                "etcd answers: following the shared configuration"
             );
         }
         st.store_reachable = true;

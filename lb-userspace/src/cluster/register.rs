@@ -78,6 +78,7 @@ async fn keep(inner: &Inner, store: &Store) -> Result<(), super::StoreError> {
                 if answer.is_none_or(|a| a.ttl() <= 0) {
                     return Err(store.unreachable("this node's lease expired"));
                 }
+                inner.refresh_nodes(store).await;
             }
             _ = etcd.changed.notified() => {}
         }

@@ -120,14 +120,24 @@ impl Store {
         }
     }
 
+    /// A client error as an operator reads it: gRPC's message and code, not its source chain.
+    pub fn failed(&self, e: &etcd_client::Error) -> StoreError {
+        match e {
+            etcd_client::Error::GRpcStatus(status) => {
+                self.unreachable(format!("{} ({:?})", status.message(), status.code()))
+            }
+            other => self.unreachable(other),
+        }
+    }
+
     /// Bounds a call by the timeout, whatever the client does (a stream may not have one).
-    pub async fn bounded<T, E: std::fmt::Display>(
+    pub async fn bounded<T>(
         &self,
-        call: impl std::future::Future<Output = Result<T, E>>,
+        call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.timeout + Duration::from_millis(500), call).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.unreachable(e)),
+            Ok(Err(e)) => Err(self.failed(&e)),
             Err(_) => Err(self.unreachable(format!("no answer within {:?}", self.timeout))),
         }
     }
