@@ -489,18 +489,19 @@ async fn s_cl3_a_revision_that_does_not_validate_is_refused_by_every_node() {
     }
 }
 
-/// Checks every node every second for `secs` seconds while etcd is away: each API answers
-/// within 1 s and the vService still runs on its mains; after 4 s each says etcd is
-/// unreachable (API and metrics) and refuses a change with 503.
-async fn serving_without_etcd(nodes: &[Node], secs: u64) {
+/// Checks every node every 250 ms for `secs` seconds while etcd is away: each API answers
+/// within 1 s and the vService still runs on its mains; by 4 s each says etcd is
+/// unreachable (API and metrics) and a change is refused with 503. Prints when each node
+/// first said so.
+async fn serving_without_etcd(nodes: &[Node], secs: u64, what: &str) {
     let start = Instant::now();
+    let mut noticed: Vec<Option<Duration>> = vec![None; nodes.len()];
     let mut refused_change = false;
     while start.elapsed() < Duration::from_secs(secs) {
-        for node in nodes {
+        for (i, node) in nodes.iter().enumerate() {
             let asked = Instant::now();
             let v = node.get("/api/v1/vservices/tcpvs").await;
             assert_eq!(v.status, 200);
-            assert!(asked.elapsed() < Duration::from_secs(1), "{}", node.name);
             let default = v.body["lists"]
                 .as_array()
                 .unwrap()
@@ -509,10 +510,18 @@ async fn serving_without_etcd(nodes: &[Node], secs: u64) {
                 .unwrap()
                 .clone();
             assert_eq!(default["tier"], "mains", "{}: {default}", node.name);
-            if start.elapsed() > Duration::from_secs(4) {
-                let st = node.status().await;
-                assert_eq!(st["store_reachable"], false, "{}: {st}", node.name);
+            let st = node.status().await;
+            assert!(
+                asked.elapsed() < Duration::from_secs(1),
+                "{}: the API answers at once while etcd is away",
+                node.name
+            );
+            if st["store_reachable"] == false && noticed[i].is_none() {
                 assert!(st["store_error"].as_str().unwrap().contains("etcd"));
+                noticed[i] = Some(start.elapsed());
+            }
+            if start.elapsed() > Duration::from_secs(4) {
+                assert_eq!(st["store_reachable"], false, "{}: {st}", node.name);
                 assert_eq!(node.metric("lb_cluster_store_reachable").await, Some(0.0));
             }
         }
@@ -522,7 +531,13 @@ async fn serving_without_etcd(nodes: &[Node], secs: u64) {
             assert!(r.body["error"].as_str().unwrap().contains("unreachable"));
             refused_change = true;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for (node, when) in nodes.iter().zip(noticed) {
+        println!(
+            "{what}: {} said etcd is unreachable after {when:?}",
+            node.name
+        );
     }
 }
 
@@ -543,7 +558,7 @@ async fn s_cl3_etcd_stopped_nodes_run_on_and_catch_up() {
     }
 
     etcd.signal(libc::SIGSTOP);
-    serving_without_etcd(&nodes, 10).await;
+    serving_without_etcd(&nodes, 10, "SIGSTOP").await;
     etcd.signal(libc::SIGCONT);
     for node in &nodes {
         let took = wait_until("etcd reachable again", 10, || async {
@@ -562,7 +577,7 @@ async fn s_cl3_etcd_stopped_nodes_run_on_and_catch_up() {
     }
 
     etcd.stop();
-    serving_without_etcd(&nodes, 10).await;
+    serving_without_etcd(&nodes, 10, "SIGTERM").await;
     etcd.spawn();
     // Made as soon as etcd answers, before the nodes are back on it.
     let key = format!("{PREFIX}/config");

@@ -30,6 +30,10 @@ use crate::config::{ClusterStore, EtcdSettings};
 use crate::daemon::Daemon;
 use store::Store;
 
+/// How long `GET /api/v1/cluster` waits for etcd's node list before answering with the
+/// last one read.
+const NODES_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// The cluster side of one node, shared by the API's handlers and the background tasks.
 pub struct Cluster {
     inner: Arc<Inner>,
@@ -130,11 +134,16 @@ impl Cluster {
             .map(|e| (e.node.as_str(), &e.settings))
     }
 
-    /// Every registered node, read from etcd now (the last list read when it does not
-    /// answer), each marked whether it runs the revision etcd holds.
+    /// Every registered node, read from etcd now, each marked whether it runs the revision
+    /// etcd holds. While etcd is known not to answer, or does not within [`NODES_WAIT`],
+    /// the last list read: the API stays quick during an outage (the background tasks
+    /// notice it and say so).
     pub async fn nodes(&self) -> Vec<NodeView> {
-        if let Some(store) = self.inner.etcd().and_then(|e| e.store.get()) {
-            self.inner.refresh_nodes(store).await;
+        if let Some(etcd) = self.inner.etcd()
+            && let Some(store) = etcd.store.get()
+            && lock(&etcd.status).store_reachable
+        {
+            let _ = tokio::time::timeout(NODES_WAIT, self.inner.refresh_nodes(store)).await;
         }
         self.cached_nodes()
     }
