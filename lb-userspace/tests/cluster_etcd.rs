@@ -774,3 +774,35 @@ async fn s_cl3_bad_etcd_at_start_keeps_the_local_configuration() {
     );
     node.shutdown().await;
 }
+
+/// S-CL3, bad input: a configuration larger than etcd takes (its request limit, here 8 KiB)
+/// is refused with 502 and etcd's reason, and nothing changes anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_cl3_a_configuration_etcd_refuses_changes_nothing() {
+    let etcd = Etcd::start_with("large", free_port(), &["--max-request-bytes", "8192"]);
+    let b = backends().await;
+    let nodes = nodes("l", 2, etcd.port, &b, false).await;
+    let before = nodes[1].applied().await;
+    let large = format!("{}\n# {}\n", nodes[0].text(), "x".repeat(20_000));
+    let r = nodes[0]
+        .post("/api/v1/cluster/config", json!({ "config": large }))
+        .await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    let error = r.body["error"].as_str().unwrap();
+    assert!(
+        error.contains("refused") && error.contains("too large"),
+        "{error}"
+    );
+    for node in &nodes {
+        assert_eq!(node.applied().await, before);
+        assert!(!node.text().contains("xxxx"));
+        assert_eq!(
+            node.status().await["store_reachable"],
+            true,
+            "etcd did answer"
+        );
+    }
+    for node in nodes {
+        node.shutdown().await;
+    }
+}

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::ApiState;
 use super::error::{ApiError, ApiResult};
-use crate::cluster::{ApplyError, ChangeError, Edit, apply_text};
+use crate::cluster::{ApplyError, ChangeError, Edit, StoreError, apply_text};
 use crate::config::write_back::{self, WriteBackError};
 
 /// Where a change comes from, which decides whether it travels on.
@@ -97,6 +97,9 @@ pub(crate) fn text_error(e: WriteBackError) -> ApiError {
 /// The answer for a change etcd did not take.
 fn change_error(e: ChangeError) -> ApiError {
     match e {
+        ChangeError::Unreachable(StoreError::Refused { .. }) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, e.to_string())
+        }
         ChangeError::Unreachable(_) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }

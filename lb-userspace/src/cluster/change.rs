@@ -63,7 +63,7 @@ pub struct Changed {
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
-    /// etcd does not answer: the change was not made anywhere.
+    /// etcd does not answer, or refused the call: the change was not made anywhere.
     #[error("{0}; the change was not made (every node keeps its configuration)")]
     Unreachable(StoreError),
     /// The configuration was made against an older revision than etcd holds.
@@ -115,7 +115,8 @@ pub(super) async fn change(inner: &Inner, edit: Edit) -> Result<Changed, ChangeE
         } => set(inner, table, &name, key, value).await,
         Edit::Replace { text, base } => replace(inner, &text, base).await,
     };
-    if let Err(ChangeError::Unreachable(e)) = &result {
+    // Refused calls say nothing of whether etcd answers; unanswered ones do.
+    if let Err(ChangeError::Unreachable(e @ StoreError::Unreachable { .. })) = &result {
         inner.lost(e);
     }
     result

@@ -11,6 +11,14 @@ use etcd_client::{
 
 use crate::config::EtcdSettings;
 
+// The gRPC status codes with which etcd refuses a call it received (standard gRPC numbers):
+// a too large request, a missing permission or login. Any other failure is "unreachable".
+const REFUSED_INVALID_ARGUMENT: i32 = 3;
+const REFUSED_PERMISSION_DENIED: i32 = 7;
+const REFUSED_RESOURCE_EXHAUSTED: i32 = 8;
+const REFUSED_FAILED_PRECONDITION: i32 = 9;
+const REFUSED_UNAUTHENTICATED: i32 = 16;
+
 /// Why a call to etcd failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -20,6 +28,15 @@ pub enum StoreError {
         /// The configured endpoints, for the message.
         endpoints: String,
         /// What the client said.
+        message: String,
+    },
+    /// etcd answered but refused the call (authentication, permission, a configuration
+    /// larger than its request limit).
+    #[error("etcd at {endpoints} refused the call: {message}")]
+    Refused {
+        /// The configured endpoints, for the message.
+        endpoints: String,
+        /// What etcd said.
         message: String,
     },
     /// A TLS file could not be read.
@@ -124,7 +141,18 @@ impl Store {
     pub fn failed(&self, e: &etcd_client::Error) -> StoreError {
         match e {
             etcd_client::Error::GRpcStatus(status) => {
-                self.unreachable(format!("{} ({:?})", status.message(), status.code()))
+                let message = format!("{} ({:?})", status.message(), status.code());
+                match i32::from(status.code()) {
+                    REFUSED_INVALID_ARGUMENT
+                    | REFUSED_PERMISSION_DENIED
+                    | REFUSED_RESOURCE_EXHAUSTED
+                    | REFUSED_FAILED_PRECONDITION
+                    | REFUSED_UNAUTHENTICATED => StoreError::Refused {
+                        endpoints: self.endpoints.clone(),
+                        message,
+                    },
+                    _ => self.unreachable(message),
+                }
             }
             other => self.unreachable(other),
         }

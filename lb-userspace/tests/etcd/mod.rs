@@ -19,6 +19,7 @@ pub struct Etcd {
     /// Client port on 127.0.0.1.
     pub port: u16,
     peer_port: u16,
+    extra: Vec<String>,
 }
 
 impl Etcd {
@@ -29,6 +30,11 @@ impl Etcd {
 
     /// Starts etcd with its client URL on `port`.
     pub fn start_on(tag: &str, port: u16) -> Etcd {
+        Etcd::start_with(tag, port, &[])
+    }
+
+    /// Starts etcd with its client URL on `port` and `extra` arguments.
+    pub fn start_with(tag: &str, port: u16, extra: &[&str]) -> Etcd {
         let dir = std::env::temp_dir().join(format!("lb-etcd-{tag}-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut etcd = Etcd {
@@ -36,6 +42,7 @@ impl Etcd {
             dir,
             port,
             peer_port: free_port(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         etcd.spawn();
         etcd
@@ -67,6 +74,7 @@ impl Etcd {
                 &peer,
             ])
             .args(["--initial-cluster", &format!("test={peer}")])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
