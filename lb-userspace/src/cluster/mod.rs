@@ -72,6 +72,16 @@ impl Cluster {
     /// Starts following etcd when the running configuration says `store = "etcd"` (which
     /// is read at start only); otherwise only the edit lock is live.
     pub fn start(daemon: Arc<Daemon>) -> Arc<Cluster> {
+        let cluster = Cluster::new(daemon);
+        cluster.follow();
+        cluster
+    }
+
+    /// The handle without its background tasks: changes and status work (etcd is asked on
+    /// demand) but nothing follows etcd until [`Cluster::follow`]. `lb run --upgrade`
+    /// follows only once the previous process handed over, so that two processes never
+    /// write the same file at once.
+    pub fn new(daemon: Arc<Daemon>) -> Arc<Cluster> {
         let cfg = daemon.config();
         let etcd = cfg.cluster.as_ref().and_then(|c| match &c.store {
             ClusterStore::Etcd(settings) => Some(Etcd {
@@ -90,15 +100,20 @@ impl Cluster {
             edits: tokio::sync::Mutex::new(()),
             etcd,
         });
-        let mut tasks = Vec::new();
-        if inner.etcd.is_some() {
-            tasks.push(tokio::spawn(follow::follow(inner.clone())));
-            tasks.push(tokio::spawn(register::register(inner.clone())));
-        }
         Arc::new(Cluster {
             inner,
-            tasks: Mutex::new(tasks),
+            tasks: Mutex::default(),
         })
+    }
+
+    /// Starts following etcd and registering this node (once; nothing without etcd).
+    pub fn follow(&self) {
+        let mut tasks = lock(&self.tasks);
+        if self.inner.etcd.is_none() || !tasks.is_empty() {
+            return;
+        }
+        tasks.push(tokio::spawn(follow::follow(self.inner.clone())));
+        tasks.push(tokio::spawn(register::register(self.inner.clone())));
     }
 
     /// One configuration edit at a time on this node: every change holds this.

@@ -100,8 +100,8 @@ async fn serve(
     let running = crate::daemon::start_with(dp, cfg, config_path.clone(), start).await?;
     let daemon = running.daemon.clone();
     let (api_stop, api_stop_rx) = watch::channel(false);
-    // The shared configuration (etcd) is followed while the API serves.
-    let cluster = Cluster::start(daemon.clone());
+    // The shared configuration (etcd), followed once this process is the one serving.
+    let cluster = Cluster::new(daemon.clone());
     let api_task = {
         let (daemon, cluster) = (daemon.clone(), cluster.clone());
         tokio::spawn(async move {
@@ -118,6 +118,7 @@ async fn serve(
             .context("the hand-over")??;
         info!("took over from the previous lb run, which now drains");
     }
+    cluster.follow();
     let (handed_over, mut successor) = mpsc::channel(1);
     let waiting = wait_for_successor(&config_path, daemon.clone(), api_socket, handed_over);
     let mut hup = signal(SignalKind::hangup())?;
@@ -145,6 +146,8 @@ async fn serve(
         }
     };
     notify::stopping();
+    // A successor follows etcd from now on (and writes the file); this process stops at once.
+    cluster.stop().await;
     if let Some(task) = waiting {
         task.abort();
     }
