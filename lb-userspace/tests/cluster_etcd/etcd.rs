@@ -3,7 +3,7 @@
 //! and killed by the test; and a gate the test can close between the balancers and etcd
 //! (a network partition) while `etcdctl` still reaches it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,10 @@ pub struct Etcd {
     pub port: u16,
     peer_port: u16,
     extra: Vec<String>,
+    /// `http` or `https` (TLS with client certificates).
+    scheme: &'static str,
+    /// Arguments every etcdctl call gets (TLS files, `--user`).
+    ctl: Vec<String>,
 }
 
 impl Etcd {
@@ -43,14 +47,56 @@ impl Etcd {
             port,
             peer_port: free_port(),
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            scheme: "http",
+            ctl: Vec::new(),
         };
         etcd.spawn();
         etcd
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// Starts etcd serving TLS only, requiring client certificates signed by `ca`
+    /// (`server` and `client` are (certificate, key) PEM files).
+    pub fn start_tls(tag: &str, ca: &Path, server: (&Path, &Path), client: (&Path, &Path)) -> Etcd {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("lb-etcd-{tag}-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = |p: &Path| p.display().to_string();
+        let mut etcd = Etcd {
+            child: None,
+            dir,
+            port,
+            peer_port: free_port(),
+            extra: vec![
+                "--cert-file".into(),
+                path(server.0),
+                "--key-file".into(),
+                path(server.1),
+                "--trusted-ca-file".into(),
+                path(ca),
+                "--client-cert-auth".into(),
+            ],
+            scheme: "https",
+            ctl: vec![
+                "--cacert".into(),
+                path(ca),
+                "--cert".into(),
+                path(client.0),
+                "--key".into(),
+                path(client.1),
+            ],
+        };
+        etcd.spawn();
+        etcd
+    }
+
+    /// Adds arguments to every later etcdctl call (`--user root:...` once auth is on).
+    pub fn ctl_args(&mut self, args: &[&str]) {
+        self.ctl.extend(args.iter().map(|a| a.to_string()));
+    }
+
+    /// `http://127.0.0.1:PORT` (`https` with TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     /// (Re)starts the process on the same data directory and waits until it answers.
@@ -109,6 +155,7 @@ impl Etcd {
     fn try_etcdctl(&self, args: &[&str]) -> Result<String, String> {
         let out = Command::new("etcdctl")
             .args(["--endpoints", &self.url(), "--command-timeout", "3s"])
+            .args(&self.ctl)
             .args(args)
             .output()
             .map_err(|e| format!("etcdctl: {e}"))?;

@@ -16,6 +16,7 @@ mod nodes;
 mod outage;
 #[path = "../ports/mod.rs"]
 mod ports;
+mod secure;
 
 use etcd::Etcd;
 use nodes::{LbRun, Node, PREFIX, TOKEN, backends, config, edit, nodes, start_node, wait_until};
