@@ -42,8 +42,12 @@ impl ApplyError {
 
 /// Checks `new` the way [`apply_text`] would, without applying it.
 pub fn validate(daemon: &Daemon, new: &str) -> Result<(), ApplyError> {
-    let origin = daemon.config_path().display().to_string();
-    config::parse_with_warnings(new, &origin)
+    validate_as(new, &daemon.config_path().display().to_string())
+}
+
+/// [`validate`], the issues naming `origin` (which text: the file, a revision in etcd).
+pub fn validate_as(new: &str, origin: &str) -> Result<(), ApplyError> {
+    config::parse_with_warnings(new, origin)
         .map(|_| ())
         .map_err(ApplyError::Invalid)
 }

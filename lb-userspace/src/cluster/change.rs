@@ -8,7 +8,7 @@ use serde::Serialize;
 use toml_edit::Value;
 use tracing::info;
 
-use super::apply::{ApplyError, apply_text, validate};
+use super::apply::{ApplyError, apply_text, validate, validate_as};
 use super::follow::{applied, merge_and_apply};
 use super::state::Refused;
 use super::store::{StoreError, Swap};
@@ -146,7 +146,8 @@ async fn set(
         };
         let edited = write_back::set_value(&base_text, table, name, key, value.clone())?;
         let merged = write_back::merge_shared(&local, &edited)?;
-        validate(&inner.daemon, &merged)?;
+        let origin = format!("shared configuration revision {base} with {key} of `{name}` set");
+        validate_as(&merged, &origin)?;
         match store.swap(base, &edited).await? {
             Swap::Done(revision) => return finish(inner, &local, &merged, revision).await,
             Swap::Moved(current) => {

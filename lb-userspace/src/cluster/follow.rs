@@ -187,9 +187,7 @@ pub(super) async fn merge_and_apply(
     if merged == local {
         return Ok(());
     }
-    if let Err(e) = crate::config::parse_with_warnings(&merged, origin) {
-        return Err(super::ApplyError::Invalid(e).detail());
-    }
+    super::validate_as(&merged, origin).map_err(|e| e.detail())?;
     super::apply_text(&inner.daemon, &local, &merged)
         .await
         .map(|_| ())

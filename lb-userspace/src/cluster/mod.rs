@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-pub use apply::{ApplyError, apply_text, validate};
+pub use apply::{ApplyError, apply_text, validate, validate_as};
 pub use change::{ChangeError, Changed, Edit};
 pub use state::{NodeRecord, NodeView, Refused, Status};
 pub use store::StoreError;

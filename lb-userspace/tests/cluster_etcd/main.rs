@@ -228,6 +228,15 @@ async fn s_cl3_a_revision_that_does_not_validate_is_refused_by_every_node() {
         })
     })
     .await;
+    // A change made on top of it is refused too, naming the revision it was made on.
+    let r = nodes[2].maintenance("b2", true).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let issues = r.body["issues"].to_string();
+    assert!(
+        issues.contains(&format!("shared configuration revision {bad_revision}"))
+            && issues.contains("nope"),
+        "{issues}"
+    );
     // The next valid revision runs everywhere and clears the refusal.
     let fixed = etcd.put(&key, &edit(&good, "b2", "backup", true));
     for node in &nodes {
