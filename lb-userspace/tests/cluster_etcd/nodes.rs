@@ -183,6 +183,13 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    /// A test that failed before its shutdown leaves no directory behind.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Starts node `name` on `text` (its API port is in it).
 pub async fn start_node(name: &str, api_port: u16, text: String) -> Node {
     let dir = std::env::temp_dir().join(format!(
