@@ -149,7 +149,9 @@ async fn set(
         let origin = format!("shared configuration revision {base} with {key} of `{name}` set");
         validate_as(&merged, &origin)?;
         match store.swap(base, &edited).await? {
-            Swap::Done(revision) => return finish(inner, &local, &merged, revision).await,
+            Swap::Done(revision) => {
+                return finish(inner, &local, &merged, &edited, revision).await;
+            }
             Swap::Moved(current) => {
                 info!(
                     base,
@@ -172,7 +174,7 @@ async fn replace(inner: &Inner, text: &str, base: Option<i64>) -> Result<Changed
     validate(&inner.daemon, &merged)?;
     let base = base.unwrap_or_else(|| running(inner));
     match store.swap(base, &shared).await? {
-        Swap::Done(revision) => finish(inner, &local, &merged, revision).await,
+        Swap::Done(revision) => finish(inner, &local, &merged, &shared, revision).await,
         Swap::Moved(current) => Err(ChangeError::Conflict { base, current }),
     }
 }
@@ -201,10 +203,7 @@ async fn publish(inner: &Inner) -> Result<Changed, ChangeError> {
     match store.swap(base, &shared).await? {
         Swap::Done(revision) => {
             let warnings = reload(inner).await?;
-            applied(inner, revision);
-            if let Some(e) = inner.etcd() {
-                lock(&e.status).staged = false;
-            }
+            applied(inner, revision, &shared);
             info!(revision, "this node's configuration published to etcd");
             Ok(Changed {
                 revision,
@@ -233,12 +232,17 @@ async fn stage(inner: &Inner, edit: Edit) -> Result<Changed, ChangeError> {
         Edit::Reload | Edit::Publish | Edit::Discard => local.clone(),
     };
     let warnings = apply_text(&inner.daemon, &local, &new).await?;
-    if let Some(e) = inner.etcd() {
-        lock(&e.status).staged = true;
-    }
+    // Staged while what runs here differs from the revision applied (a change undone, or
+    // a reload of an unchanged file, stages nothing).
+    let shared = write_back::shared_part(&new)?;
+    let staged = inner.etcd().is_some_and(|e| {
+        let differs = lock(&e.applied_text).as_deref() != Some(shared.as_str());
+        lock(&e.status).staged = differs;
+        differs
+    });
     Ok(Changed {
         revision: running(inner),
-        staged: true,
+        staged,
         warnings,
     })
 }
@@ -256,10 +260,7 @@ async fn discard(inner: &Inner) -> Result<Changed, ChangeError> {
     merge_and_apply(inner, &stored.text, &origin)
         .await
         .map_err(ApplyError::Refused)?;
-    if let Some(e) = inner.etcd() {
-        lock(&e.status).staged = false;
-    }
-    applied(inner, stored.revision);
+    applied(inner, stored.revision, &stored.text);
     Ok(Changed {
         revision: stored.revision,
         staged: false,
@@ -272,6 +273,7 @@ async fn finish(
     inner: &Inner,
     local: &str,
     merged: &str,
+    shared: &str,
     revision: i64,
 ) -> Result<Changed, ChangeError> {
     info!(revision, "change published to etcd");
@@ -292,7 +294,7 @@ async fn finish(
             }
         }
     };
-    applied(inner, revision);
+    applied(inner, revision, shared);
     Ok(Changed {
         revision,
         staged: false,

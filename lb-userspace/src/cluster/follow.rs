@@ -126,7 +126,7 @@ async fn seed(inner: &Inner, store: &Store) -> Result<(), super::StoreError> {
     let _one = inner.edits.lock().await;
     if let Swap::Done(revision) = store.swap(0, &shared).await? {
         info!(revision, key = %store.config_key, "etcd held no shared configuration: this node's is now the shared one");
-        applied(inner, revision);
+        applied(inner, revision, &shared);
     }
     Ok(())
 }
@@ -158,7 +158,7 @@ pub(super) async fn take(inner: &Inner, stored: &Stored) {
     match merge_and_apply(inner, &stored.text, &origin).await {
         Ok(()) => {
             info!(revision = stored.revision, "shared configuration applied");
-            applied(inner, stored.revision);
+            applied(inner, stored.revision, &stored.text);
         }
         Err(error) => {
             warn!(
@@ -194,8 +194,9 @@ pub(super) async fn merge_and_apply(
         .map_err(|e| e.detail())
 }
 
-/// Records `revision` as the one running here.
-pub(super) fn applied(inner: &Inner, revision: i64) {
+/// Records `revision` (whose shared text is `shared`) as the one running here, with nothing
+/// staged.
+pub(super) fn applied(inner: &Inner, revision: i64, shared: &str) {
     let Some(etcd) = inner.etcd() else { return };
     {
         let mut st = lock(&etcd.status);
@@ -203,6 +204,8 @@ pub(super) fn applied(inner: &Inner, revision: i64) {
         st.store_revision = st.store_revision.max(revision);
         st.applied_at_unix_ms = now_ms();
         st.refused = None;
+        st.staged = false;
     }
+    *lock(&etcd.applied_text) = Some(shared.to_owned());
     etcd.changed.notify_one();
 }

@@ -61,6 +61,8 @@ struct Etcd {
     changed: Notify,
     /// The lease this node's record lives under, revoked at stop.
     lease: Mutex<Option<i64>>,
+    /// The shared text of the revision applied here (Manual Sync Mode compares with it).
+    applied_text: Mutex<Option<String>>,
 }
 
 /// Locks a std mutex whose data stays usable if a holder panicked.
@@ -92,6 +94,7 @@ impl Cluster {
                 nodes: Mutex::default(),
                 changed: Notify::new(),
                 lease: Mutex::default(),
+                applied_text: Mutex::default(),
             }),
             ClusterStore::Peers => None,
         });

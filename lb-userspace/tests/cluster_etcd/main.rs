@@ -310,6 +310,17 @@ async fn s_cl2_s_cl3_manual_sync_stages_until_synchronize() {
         "the staged change was dropped"
     );
     assert!(!n1.flag("spare", "backup").await, "node 2's change runs");
+    // A reload of an unchanged file, or a change undone, stages nothing.
+    let r = n1.post("/api/v1/reload", json!({})).await;
+    assert_eq!(
+        (r.status, &r.body["staged"]),
+        (200, &json!(false)),
+        "{}",
+        r.body
+    );
+    assert_eq!(n1.maintenance("b1", false).await.body["staged"], true);
+    assert_eq!(n1.maintenance("b1", true).await.body["staged"], false);
+    assert_eq!(n1.status().await["staged"], false);
     for node in nodes {
         node.shutdown().await;
     }
