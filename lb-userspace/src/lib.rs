@@ -2,11 +2,13 @@
 //! path's maps, the L7 proxy, DNS vServices and the control plane.
 //!
 //! Imports run one way: `config` -> `health` -> `selection` -> {`network`, `proxy`, `gslb`}
-//! -> `daemon` (the running parts behind one handle) -> `api`; `run` wires the daemon and
-//! its API together for `lb run`. `stats` (latency histograms) stands beside `config` at
-//! the bottom: it imports nothing and any layer records into it.
+//! -> `daemon` (the running parts behind one handle) -> `cluster` (the shared configuration)
+//! -> `api`; `run` wires the daemon, the cluster and the API together for `lb run`. `stats`
+//! (latency histograms) stands beside `config` at the bottom: it imports nothing and any
+//! layer records into it.
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod gslb;

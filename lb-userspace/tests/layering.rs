@@ -20,8 +20,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("gslb", 3),
     ("routing", 3),
     ("daemon", 4),
-    ("api", 5),
-    ("run", 6),
+    ("cluster", 5),
+    ("api", 6),
+    ("run", 7),
 ];
 
 /// (importing module, imported module) -> the files that make the import.

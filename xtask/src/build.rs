@@ -116,6 +116,7 @@ pub fn test(extra: &[String]) -> Result<()> {
 /// Every property test (names with `fuzz`, `any_`, or parser properties) with `cases` cases
 /// each, in release mode. Needs no XDP object: the properties run on loopback.
 pub fn fuzz(cases: u32) -> Result<()> {
+    setup::ensure_packages(setup::BUILD_PACKAGES)?;
     run(cargo()
         .args(["test", "--release", "--locked", "-p", "lb-userspace"])
         .args([
@@ -141,6 +142,7 @@ pub fn bench_xdp() -> Result<()> {
 /// The release `lb` binary, which the benches that run the daemon start and the Debian
 /// package ships.
 pub fn build_release_lb() -> Result<()> {
+    setup::ensure_packages(setup::BUILD_PACKAGES)?;
     run(cargo().args([
         "build",
         "--release",

@@ -31,7 +31,16 @@ const PACKAGES: &[&str] = &[
     // BIRD 2: the routers and balancers of the scale-out test (e2e_scale) announce VIPs
     // over BGP with BFD; `lb bird-config` writes its configuration.
     "bird2",
+    // The shared configuration of `[cluster] store = "etcd"`: protoc builds the etcd
+    // client's gRPC code (lb-userspace's build needs it), etcd and etcdctl run its tests.
+    "protobuf-compiler",
+    "etcd-server",
+    "etcd-client",
 ];
+
+/// What building lb-userspace itself needs (protoc for the etcd client's gRPC code), for
+/// the commands that build it without the whole setup.
+pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler"];
 
 /// Libraries bpf-linker links against when built from source.
 const LINKER_BUILD_PACKAGES: &[&str] = &[

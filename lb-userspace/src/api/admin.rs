@@ -1,16 +1,18 @@
 //! Changes: Maintenance and Backup flags (written back to the file, S-MT8) and reload.
-//! Every change goes file first, then reload; a rejected reload restores the old file.
+//! Every change goes through [`change::make`]: file first, then reload (a rejected reload
+//! restores the old file), published as `[cluster]` says.
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::ApiState;
+use super::change::{self, Origin, apply_error};
 use super::error::{ApiError, ApiResult};
-use super::write_back::{self, WriteBackError};
+use crate::cluster::Edit;
 use crate::config;
 
 /// Which flag a request sets.
@@ -55,53 +57,11 @@ pub(crate) fn parse_on(body: &[u8]) -> ApiResult<bool> {
     }
 }
 
-fn write_error(e: WriteBackError) -> ApiError {
-    match e {
-        WriteBackError::NotInFile { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-        _ => ApiError::internal(e.to_string()),
-    }
-}
-
-/// Validates `new`, writes it atomically, reloads; restores `old` if the reload is refused.
-/// The caller holds the edit lock.
-pub(crate) async fn replace_config(st: &ApiState, old: &str, new: &str) -> ApiResult<Vec<String>> {
-    let path = st.daemon.config_path();
-    let origin = path.display().to_string();
-    if let Err(e) = config::parse_with_warnings(new, &origin) {
-        return Err(rejected(e));
-    }
-    write_back::atomic_write(path, new).map_err(write_error)?;
-    match reload(st).await {
-        Ok(w) => Ok(w),
-        Err(e) => {
-            if let Err(restore) = write_back::atomic_write(path, old) {
-                warn!(
-                    "restoring {} after a refused reload failed: {restore}",
-                    path.display()
-                );
-                return Err(ApiError::internal(format!(
-                    "{}; restoring the previous file also failed: {restore}",
-                    e.message
-                )));
-            }
-            Err(e)
-        }
-    }
-}
-
-fn rejected(e: config::ConfigError) -> ApiError {
-    let mut err = ApiError::bad_request(format!(
-        "configuration rejected ({} issue(s)); the running configuration stays",
-        e.errors.len()
-    ));
-    err.issues = e.errors.iter().map(ToString::to_string).collect();
-    err
-}
-
 /// Loads the file and applies it; the running configuration stays on any error.
 pub(crate) async fn reload(st: &ApiState) -> ApiResult<Vec<String>> {
     let path = st.daemon.config_path();
-    let (cfg, mut warnings) = config::load_with_warnings(path).map_err(rejected)?;
+    let (cfg, mut warnings) = config::load_with_warnings(path)
+        .map_err(|e| apply_error(crate::cluster::ApplyError::Invalid(e)))?;
     warnings.extend(st.daemon.restart_only_changes(&cfg));
     st.daemon.apply(cfg).await.map_err(|e| {
         ApiError::bad_request(format!(
@@ -111,20 +71,28 @@ pub(crate) async fn reload(st: &ApiState) -> ApiResult<Vec<String>> {
     Ok(warnings)
 }
 
-/// `POST /api/v1/reload`.
+/// `POST /api/v1/reload`: the file as it is now; with etcd it is published (against the
+/// revision running here) so that every node runs it.
 pub(crate) async fn reload_handler(State(st): State<ApiState>) -> ApiResult<Json<Value>> {
-    let warnings = {
-        let _one = st.edits.lock().await;
-        reload(&st).await?
-    };
+    let mut answer = change::make(&st, Edit::Reload, Origin::Here).await?;
     info!("configuration reloaded through the API");
-    st.cluster.changed(&st.daemon);
-    Ok(Json(json!({ "reloaded": true, "warnings": warnings })))
+    answer["reloaded"] = json!(true);
+    Ok(Json(answer))
+}
+
+/// `answer` with the etcd revision and staging of `done`, when there are any.
+fn with(mut answer: Value, done: &Value) -> Value {
+    for key in ["revision", "staged"] {
+        if let Some(v) = done.get(key) {
+            answer[key] = v.clone();
+        }
+    }
+    answer
 }
 
 async fn set(
     st: ApiState,
-    table: &str,
+    table: &'static str,
     what: &str,
     name: String,
     flag: Flag,
@@ -140,16 +108,15 @@ async fn set(
     if !exists {
         return Err(ApiError::not_found(what, &name));
     }
-    {
-        let _one = st.edits.lock().await;
-        let path = st.daemon.config_path();
-        let old = write_back::read(path).map_err(write_error)?;
-        let new = write_back::set_flag(&old, table, &name, flag.key(), on).map_err(write_error)?;
-        replace_config(&st, &old, &new).await?;
-    }
+    let edit = Edit::Set {
+        table,
+        name: name.clone(),
+        key: flag.key(),
+        value: toml_edit::Value::from(on),
+    };
+    let done = change::make(&st, edit, Origin::Here).await?;
     info!(%name, flag = flag.key(), on, "{what} flag set through the API and written back");
-    st.cluster.changed(&st.daemon);
-    Ok(Json(json!({ "name": name, flag.key(): on })))
+    Ok(Json(with(json!({ "name": name, flag.key(): on }), &done)))
 }
 
 /// `POST /api/v1/backends/{name}/maintenance`.
@@ -224,18 +191,15 @@ pub(crate) async fn backend_weight(
     {
         return Err(ApiError::not_found("Backend Service", &name));
     }
-    {
-        let _one = st.edits.lock().await;
-        let path = st.daemon.config_path();
-        let old = write_back::read(path).map_err(write_error)?;
-        let value = toml_edit::Value::from(i64::from(weight));
-        let new = write_back::set_value(&old, "backend_service", &name, "weight", value)
-            .map_err(write_error)?;
-        replace_config(&st, &old, &new).await?;
-    }
+    let edit = Edit::Set {
+        table: "backend_service",
+        name: name.clone(),
+        key: "weight",
+        value: toml_edit::Value::from(i64::from(weight)),
+    };
+    let done = change::make(&st, edit, Origin::Here).await?;
     info!(%name, weight, "Backend Service weight set through the API and written back");
-    st.cluster.changed(&st.daemon);
-    Ok(Json(json!({ "name": name, "weight": weight })))
+    Ok(Json(with(json!({ "name": name, "weight": weight }), &done)))
 }
 
 /// `POST /api/v1/backends/{name}/backup`.

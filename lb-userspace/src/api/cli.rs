@@ -105,12 +105,17 @@ pub enum SessionsCommand {
 /// Cluster commands: configuration shared with peer balancers.
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
-    /// Synchronize: push this node's configuration to every peer now.
+    /// Synchronize: push this node's configuration to every peer now (with etcd: publish
+    /// the changes staged here; `--discard` drops them and runs etcd's revision again).
     Sync {
+        /// With etcd: drop the changes staged here instead of publishing them.
+        #[arg(long)]
+        discard: bool,
         #[command(flatten)]
         opts: ApiOpts,
     },
-    /// Peers, Manual Sync Mode and the last sync result per peer.
+    /// Peers, Manual Sync Mode and the last sync result per peer; with etcd: whether etcd
+    /// answers, the revision applied here and every node with the revision it runs.
     Status {
         #[command(flatten)]
         opts: ApiOpts,
@@ -300,11 +305,11 @@ async fn run_async(cmd: ApiCommand) -> Result<()> {
             None,
             Print::Done,
         ),
-        C::Cluster(ClusterCommand::Sync { opts }) => (
+        C::Cluster(ClusterCommand::Sync { discard, opts }) => (
             opts,
             Method::POST,
             "/api/v1/cluster/sync".into(),
-            None,
+            discard.then(|| json!({ "discard": true })),
             Print::Cluster,
         ),
         C::Node(node) => return super::node_cli::run(node).await,
@@ -565,6 +570,13 @@ impl Print {
                 }
             }
             Print::Cluster => {
+                if v["store"] == "etcd" {
+                    return etcd_status(v);
+                }
+                if v.get("revision").is_some() {
+                    println!("published: revision {}", s(&v["revision"]));
+                    return;
+                }
                 if let Some(m) = v.get("manual_sync") {
                     println!("enabled={} manual_sync={}", s(&v["enabled"]), s(m));
                 }
@@ -586,6 +598,63 @@ impl Print {
                 }
             }
         }
+    }
+}
+
+/// `lb cluster status` with `store = "etcd"`: this node's view of etcd, then every node
+/// registered there and whether it runs the revision etcd holds.
+fn etcd_status(v: &Value) {
+    let st = &v["status"];
+    println!(
+        "node {} (etcd {}, prefix {}), manual_sync={}",
+        s(&v["node"]),
+        v["endpoints"]
+            .as_array()
+            .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+            .unwrap_or_default(),
+        s(&v["prefix"]),
+        s(&v["manual_sync"])
+    );
+    if st["store_reachable"] == true {
+        println!(
+            "etcd: reachable, holds revision {}",
+            s(&st["store_revision"])
+        );
+    } else {
+        println!(
+            "etcd: UNREACHABLE ({}): running on the last applied revision",
+            s(&st["store_error"])
+        );
+    }
+    println!(
+        "applied here: revision {}{}",
+        s(&st["applied_revision"]),
+        if st["staged"] == true {
+            ", with changes staged for Synchronize"
+        } else {
+            ""
+        }
+    );
+    if !st["refused"].is_null() {
+        println!(
+            "REFUSED revision {}: {}",
+            s(&st["refused"]["revision"]),
+            s(&st["refused"]["error"])
+        );
+    }
+    println!("{:<20} {:<22} {:>9}  agrees", "node", "api", "revision");
+    for n in items(v, "nodes") {
+        let refused = match n["refused"].is_null() {
+            true => String::new(),
+            false => format!("  refused revision {}", s(&n["refused"]["revision"])),
+        };
+        println!(
+            "{:<20} {:<22} {:>9}  {}{refused}",
+            s(&n["name"]),
+            s(&n["api"]),
+            s(&n["applied_revision"]),
+            if n["agrees"] == true { "yes" } else { "NO" }
+        );
     }
 }
 

@@ -1,6 +1,8 @@
-//! Cluster synchronisation (S-CL): after a change, this node pushes its configuration file
-//! to every peer (at once, or only on Synchronize with Manual Sync Mode); a peer keeps its
-//! own node-local tables ([xdp], [api], [cluster], [bgp]) and takes everything else.
+//! Cluster synchronisation over HTTP. With `store = "peers"` (S-CL1/2), after a change this
+//! node pushes its configuration file to every peer (at once, or only on Synchronize with
+//! Manual Sync Mode); a peer keeps its own node-local tables ([xdp], [api], [cluster],
+//! [bgp]) and takes everything else. With `store = "etcd"` (S-CL3) the same endpoints
+//! publish through [`crate::cluster`] and report every node registered in etcd.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,11 +19,11 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::ApiState;
-use super::admin::replace_config;
+use super::change::{self, Origin};
 use super::client::ApiClient;
 use super::error::{ApiError, ApiResult};
-use super::write_back;
-use crate::config::ClusterPeer;
+use crate::cluster::Edit;
+use crate::config::{ClusterPeer, write_back};
 use crate::daemon::Daemon;
 
 /// How long one push to one peer may take.
@@ -54,7 +56,7 @@ impl ClusterState {
     pub(crate) fn changed(self: &Arc<Self>, daemon: &Arc<Daemon>) {
         let cfg = daemon.config();
         let Some(cluster) = &cfg.cluster else { return };
-        if cluster.manual_sync {
+        if cluster.manual_sync || cluster.peers.is_empty() {
             return;
         }
         let (me, daemon) = (self.clone(), daemon.clone());
@@ -140,23 +142,73 @@ pub(crate) async fn status(State(st): State<ApiState>) -> Json<Value> {
     let Some(cluster) = &cfg.cluster else {
         return Json(json!({ "enabled": false, "manual_sync": false, "peers": [] }));
     };
+    if let (Some(status), Some((node, etcd))) = (st.cluster.status(), st.cluster.etcd_settings()) {
+        let nodes = st.cluster.nodes().await;
+        // Read after the node list: listing the nodes refreshes what etcd holds.
+        let status = st.cluster.status().unwrap_or(status);
+        return Json(json!({
+            "enabled": true,
+            "store": "etcd",
+            "manual_sync": cluster.manual_sync,
+            "node": node,
+            "endpoints": etcd.endpoints,
+            "prefix": etcd.prefix,
+            "status": status,
+            "nodes": nodes,
+            "peers": [],
+        }));
+    }
     let peers: Vec<Value> = cluster
         .peers
         .iter()
-        .map(|p| json!({ "name": p.name, "url": p.url, "last_sync": st.cluster.last(&p.name) }))
+        .map(|p| json!({ "name": p.name, "url": p.url, "last_sync": st.pushes.last(&p.name) }))
         .collect();
-    Json(json!({ "enabled": true, "manual_sync": cluster.manual_sync, "peers": peers }))
+    Json(
+        json!({ "enabled": true, "store": "peers", "manual_sync": cluster.manual_sync, "peers": peers }),
+    )
 }
 
-/// `POST /api/v1/cluster/sync`: Synchronize now (S-CL2); 502 when a peer refused.
-pub(crate) async fn sync(State(st): State<ApiState>) -> ApiResult<Response> {
+/// `POST /api/v1/cluster/sync`: Synchronize now (S-CL2); 502 when a peer refused. With
+/// etcd it publishes the changes staged here (409 when etcd moved on since), or with
+/// `{"discard": true}` drops them and runs etcd's revision again.
+pub(crate) async fn sync(State(st): State<ApiState>, body: Bytes) -> ApiResult<Response> {
     if st.daemon.config().cluster.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "clustering is off: no [cluster] in the configuration",
         ));
     }
-    let results = st.cluster.push_all(&st.daemon).await;
+    if st.cluster.is_etcd() {
+        let discard = match body.is_empty() {
+            true => false,
+            false => {
+                let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "body must be empty or JSON {{\"discard\": true|false}}: {e}"
+                    ))
+                })?;
+                match v.get("discard") {
+                    None | Some(Value::Bool(false)) => false,
+                    Some(Value::Bool(true)) => true,
+                    Some(other) => {
+                        return Err(ApiError::bad_request(format!(
+                            "field `discard` must be true or false, not {other}"
+                        )));
+                    }
+                }
+            }
+        };
+        let edit = if discard {
+            Edit::Discard
+        } else {
+            Edit::Publish
+        };
+        let mut done = change::make(&st, edit, Origin::Here).await?;
+        done["synced"] = json!(true);
+        info!(discard, "Synchronize through etcd done");
+        return Ok(Json(done).into_response());
+    }
+    let results = st.pushes.push_all(&st.daemon).await;
     let failed: Vec<&str> = results
         .iter()
         .filter(|r| !r.ok)
@@ -172,8 +224,10 @@ pub(crate) async fn sync(State(st): State<ApiState>) -> ApiResult<Response> {
     Ok((StatusCode::BAD_GATEWAY, Json(body)).into_response())
 }
 
-/// `POST /api/v1/cluster/config`: a peer pushes its configuration `{"config": "<toml>"}`.
-/// Not pushed on again: the change started elsewhere.
+/// `POST /api/v1/cluster/config`: a whole configuration `{"config": "<toml>"}`. With
+/// `store = "peers"` a peer pushes it and it is not pushed on again (the change started
+/// elsewhere). With etcd it replaces the shared configuration if etcd still holds
+/// `"revision"` (default: the revision running here), else 409 naming both revisions.
 pub(crate) async fn receive(State(st): State<ApiState>, body: Bytes) -> ApiResult<Json<Value>> {
     let v: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!("body must be JSON {{\"config\": \"<toml>\"}}: {e}"))
@@ -181,19 +235,24 @@ pub(crate) async fn receive(State(st): State<ApiState>, body: Bytes) -> ApiResul
     let incoming = v.get("config").and_then(Value::as_str).ok_or_else(|| {
         ApiError::bad_request("field `config` (the TOML text) is missing or not a string")
     })?;
-    let warnings = {
-        let _one = st.edits.lock().await;
-        let path = st.daemon.config_path();
-        let old = write_back::read(path).map_err(|e| ApiError::internal(e.to_string()))?;
-        let merged = write_back::merge_shared(&old, incoming)
-            .map_err(|e| ApiError::bad_request(format!("field `config`: {e}")))?;
-        if merged == old {
-            return Ok(Json(json!({ "applied": true, "changed": false })));
-        }
-        replace_config(&st, &old, &merged).await?
+    let base = match v.get("revision") {
+        None | Some(Value::Null) => None,
+        Some(r) => Some(r.as_i64().filter(|r| *r >= 0).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "field `revision` must be the etcd revision the configuration was made against, not {r}"
+            ))
+        })?),
     };
-    info!("configuration received from a cluster peer and applied");
-    Ok(Json(
-        json!({ "applied": true, "changed": true, "warnings": warnings }),
-    ))
+    let edit = Edit::Replace {
+        text: incoming.to_owned(),
+        base,
+    };
+    let origin = match st.cluster.is_etcd() {
+        true => Origin::Here,
+        false => Origin::Peer,
+    };
+    let mut done = change::make(&st, edit, origin).await?;
+    info!("whole configuration received through the API and applied");
+    done["applied"] = json!(true);
+    Ok(Json(done))
 }

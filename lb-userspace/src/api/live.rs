@@ -27,6 +27,9 @@ struct Live {
     dns_vservices: Vec<Value>,
     /// Route announcement (S-AN): None when `[bgp]` is off.
     bgp: Option<crate::daemon::Announcements>,
+    /// With `[cluster] store = "etcd"`: whether etcd answers, the revision running here and
+    /// every node with the revision it runs (as last read, not asked of etcd per poll).
+    cluster: Option<Value>,
 }
 
 /// A Backend Service as Live Stats shows it: the `/backends` view plus its health details.
@@ -106,6 +109,13 @@ pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
         bgp: Some(st.daemon.announcements())
             .filter(|a| a.enabled)
             .map(|a| (*a).clone()),
+        cluster: st.cluster.status().map(|status| {
+            json!({
+                "node": st.cluster.etcd_settings().map(|(node, _)| node),
+                "status": status,
+                "nodes": st.cluster.cached_nodes(),
+            })
+        }),
     })
 }
 

@@ -492,6 +492,43 @@ fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
         "1 when Manual Sync Mode holds changes until Synchronize.",
     );
     o.sample("lb_cluster_manual_sync", &[], u8::from(cluster.manual_sync));
+    if let Some(status) = st.cluster.status() {
+        o.family(
+            "lb_cluster_store_reachable",
+            "gauge",
+            "1 when etcd (the shared configuration) answered the last call, 0 while this node runs on its last applied revision without it.",
+        );
+        o.sample(
+            "lb_cluster_store_reachable",
+            &[],
+            u8::from(status.store_reachable),
+        );
+        o.family(
+            "lb_cluster_applied_revision",
+            "gauge",
+            "The etcd revision of the shared configuration this node runs (0: its local file, before etcd first answered).",
+        );
+        o.sample("lb_cluster_applied_revision", &[], status.applied_revision);
+        o.family(
+            "lb_cluster_store_revision",
+            "gauge",
+            "The revision of the shared configuration etcd holds, as this node last saw it.",
+        );
+        o.sample("lb_cluster_store_revision", &[], status.store_revision);
+        o.family(
+            "lb_cluster_revision_refused",
+            "gauge",
+            "1 when this node refused the last revision it was given (it did not validate).",
+        );
+        o.sample(
+            "lb_cluster_revision_refused",
+            &[],
+            u8::from(status.refused.is_some()),
+        );
+    }
+    if cluster.peers.is_empty() {
+        return;
+    }
     o.family(
         "lb_cluster_peer_last_sync_ok",
         "gauge",
@@ -500,7 +537,7 @@ fn node(o: &mut Out, st: &ApiState, snap: &Snapshot) {
     let pushes: Vec<_> = cluster
         .peers
         .iter()
-        .filter_map(|p| st.cluster.last(&p.name).map(|r| (p, r)))
+        .filter_map(|p| st.pushes.last(&p.name).map(|r| (p, r)))
         .collect();
     for (peer, r) in &pushes {
         o.sample(

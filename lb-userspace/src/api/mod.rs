@@ -2,10 +2,12 @@
 //!
 //! Reads come from one snapshot of the running [`Daemon`]; changes (Maintenance, Backup,
 //! reload, a peer's configuration) are written to the configuration file first and then
-//! reloaded, so they survive restarts (S-MT8), and are pushed to cluster peers (S-CL).
+//! reloaded, so they survive restarts (S-MT8), and are published to the cluster: through
+//! etcd (S-CL3) or pushed to peers (S-CL1/2).
 
 mod admin;
 mod auth;
+mod change;
 pub mod cli;
 pub mod client;
 mod cluster;
@@ -21,7 +23,6 @@ pub mod status;
 pub mod table;
 mod ui;
 mod view;
-pub mod write_back;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,9 +35,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::info;
 
+/// Kept here for callers of the API's write-back (it moved to the configuration module).
+pub use crate::config::write_back;
 pub use auth::constant_time_eq;
 pub use error::ApiError;
 
+use crate::cluster::Cluster;
 use crate::daemon::Daemon;
 
 /// Shared by every handler.
@@ -44,19 +48,20 @@ use crate::daemon::Daemon;
 pub(crate) struct ApiState {
     /// The running daemon.
     pub daemon: Arc<Daemon>,
-    /// Cluster push bookkeeping.
-    pub cluster: Arc<cluster::ClusterState>,
-    /// One file edit (and its reload) at a time.
-    pub edits: Arc<tokio::sync::Mutex<()>>,
+    /// The shared configuration (etcd) and the edit lock every change holds.
+    pub cluster: Arc<Cluster>,
+    /// Pushes to `[[cluster.peer]]` (`store = "peers"`).
+    pub pushes: Arc<cluster::ClusterState>,
 }
 
-/// The router alone (for tests): every route, behind the token check when `token` is set.
-pub fn router(daemon: Arc<Daemon>, token: Option<String>) -> Router {
+/// The router alone: every route, behind the token check when `token` is set; `cluster`
+/// is this node's side of the shared configuration ([`Cluster::start`]).
+pub fn router(daemon: Arc<Daemon>, cluster: Arc<Cluster>, token: Option<String>) -> Router {
     metrics::start_time();
     let state = ApiState {
         daemon,
-        cluster: Arc::default(),
-        edits: Arc::default(),
+        cluster,
+        pushes: Arc::default(),
     };
     // The page's static files hold no data, and a browser cannot send a bearer token when it
     // loads a page: they are served without the token; the page sends it on its API calls.
@@ -147,9 +152,23 @@ pub async fn bind(listen: SocketAddr, has_token: bool) -> anyhow::Result<TcpList
         .with_context(|| format!("binding the API on {listen} (api.listen)"))
 }
 
-/// Serves the API on a listener from [`bind`] until `stop` turns true.
+/// Serves the API on a listener from [`bind`] until `stop` turns true, following the
+/// shared configuration (etcd) as long as it serves.
 pub async fn serve_on(
     daemon: Arc<Daemon>,
+    listener: TcpListener,
+    token: Option<String>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let cluster = Cluster::start(daemon.clone());
+    serve_with(daemon, cluster, listener, token, stop).await
+}
+
+/// [`serve_on`] with this node's side of the shared configuration started by the caller
+/// (`lb run`, which also publishes a SIGHUP reload through it); stops it at the end.
+pub async fn serve_with(
+    daemon: Arc<Daemon>,
+    cluster: Arc<Cluster>,
     listener: TcpListener,
     token: Option<String>,
     mut stop: watch::Receiver<bool>,
@@ -158,8 +177,8 @@ pub async fn serve_on(
         .local_addr()
         .context("the API listener's address")?;
     info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
-    let app = router(daemon, token);
-    axum::serve(listener, app)
+    let app = router(daemon, cluster.clone(), token);
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             while !*stop.borrow() {
                 if stop.changed().await.is_err() {
@@ -168,5 +187,7 @@ pub async fn serve_on(
             }
         })
         .await
-        .context("serving the API")
+        .context("serving the API");
+    cluster.stop().await;
+    served
 }

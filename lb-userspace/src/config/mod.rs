@@ -20,6 +20,7 @@ mod error;
 mod issues;
 mod model;
 mod raw;
+pub mod write_back;
 
 use std::path::Path;
 

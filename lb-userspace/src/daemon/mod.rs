@@ -147,6 +147,15 @@ impl Daemon {
         self.pin_dir.as_deref()
     }
 
+    /// The digest of every Network VIP's Maglev table as last written, by "vService VIP";
+    /// empty without a data path.
+    pub fn table_digests(&self) -> std::collections::BTreeMap<String, String> {
+        self.network_status
+            .as_ref()
+            .map(|s| (*s.table_digests()).clone())
+            .unwrap_or_default()
+    }
+
     /// XDP counters and backend slots, read from the pinned maps.
     pub fn network_status(&self) -> Option<Result<network::Status>> {
         let dir = self.pin_dir.as_ref()?;

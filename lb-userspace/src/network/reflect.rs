@@ -3,7 +3,7 @@
 //! `network_add_delay` (default 5 s). ANY-L3 and Port Range VIPs ignore health (S-RF4,
 //! decided by the selection model).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -35,12 +35,19 @@ pub struct NetworkReflector {
 pub struct NetworkStatus {
     view: Arc<ArcSwap<View>>,
     last_error: Arc<Mutex<Option<String>>>,
+    digests: Arc<ArcSwap<BTreeMap<String, String>>>,
 }
 
 impl NetworkStatus {
     /// The health states Network traffic currently follows.
     pub fn view(&self) -> Arc<View> {
         self.view.load_full()
+    }
+
+    /// The digest of every VIP's Maglev table as last written, by "vService VIP" (no entry
+    /// for a VIP without a table): what other balancers compare theirs with (S-CL4).
+    pub fn table_digests(&self) -> Arc<BTreeMap<String, String>> {
+        self.digests.load_full()
     }
 
     /// The last failure to write the maps, if the last attempt failed.
@@ -70,6 +77,21 @@ fn initial_view(dp: &DataPath) -> View {
     View::from_states(states)
 }
 
+/// The digests of the tables `dp` holds, by "vService VIP".
+fn table_digests(dp: &DataPath) -> BTreeMap<String, String> {
+    dp.state
+        .vips
+        .iter()
+        .filter(|v| v.table_digest != 0)
+        .map(|v| {
+            (
+                format!("{} {}", v.name, v.address),
+                super::table::digest_text(v.table_digest),
+            )
+        })
+        .collect()
+}
+
 impl NetworkReflector {
     /// Starts reflecting; the maps are written once at once. Must run in a Tokio runtime.
     pub fn start(mut dp: DataPath, cfg: Arc<Config>, engine: Arc<HealthEngine>) -> Self {
@@ -81,11 +103,13 @@ impl NetworkReflector {
         let config = Arc::new(ArcSwap::new(cfg));
         let view = Arc::new(ArcSwap::from_pointee(view0.clone()));
         let last_error = Arc::new(Mutex::new(None));
+        let digests = Arc::new(ArcSwap::from_pointee(table_digests(&dp)));
         let (reload, reload_rx) = watch::channel(0u64);
         let (written, _) = watch::channel(0u64);
         let (stop, stop_rx) = watch::channel(false);
         let task = {
             let (config, view, last_error) = (config.clone(), view.clone(), last_error.clone());
+            let digests = digests.clone();
             let (generations, written) = (reload.subscribe(), written.clone());
             tokio::spawn(async move {
                 reflect(engine, cadence, view0, reload_rx, stop_rx, |v: &View| {
@@ -98,6 +122,7 @@ impl NetworkReflector {
                     let mut slot = last_error.lock().unwrap_or_else(PoisonError::into_inner);
                     match result {
                         Ok(()) => {
+                            digests.store(Arc::new(table_digests(&dp)));
                             if slot.take().is_some() {
                                 info!("Network vServices written again");
                             }
@@ -114,7 +139,11 @@ impl NetworkReflector {
         };
         NetworkReflector {
             config,
-            status: NetworkStatus { view, last_error },
+            status: NetworkStatus {
+                view,
+                last_error,
+                digests,
+            },
             reload,
             written,
             stop,

@@ -20,6 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+use crate::cluster::{Cluster, Edit};
 use crate::config::Config;
 use crate::daemon::Daemon;
 use crate::network::DataPath;
@@ -99,11 +100,14 @@ async fn serve(
     let running = crate::daemon::start_with(dp, cfg, config_path.clone(), start).await?;
     let daemon = running.daemon.clone();
     let (api_stop, api_stop_rx) = watch::channel(false);
+    // The shared configuration (etcd), followed once this process is the one serving.
+    let cluster = Cluster::new(daemon.clone());
     let api_task = {
-        let daemon = daemon.clone();
+        let (daemon, cluster) = (daemon.clone(), cluster.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::api::serve_on(daemon, api_listener, api.token, api_stop_rx).await
-            {
+            let serving =
+                crate::api::serve_with(daemon, cluster, api_listener, api.token, api_stop_rx);
+            if let Err(e) = serving.await {
                 warn!("the API stopped: {e:#}");
             }
         })
@@ -114,6 +118,7 @@ async fn serve(
             .context("the hand-over")??;
         info!("took over from the previous lb run, which now drains");
     }
+    cluster.follow();
     let (handed_over, mut successor) = mpsc::channel(1);
     let waiting = wait_for_successor(&config_path, daemon.clone(), api_socket, handed_over);
     let mut hup = signal(SignalKind::hangup())?;
@@ -127,8 +132,8 @@ async fn serve(
         tokio::select! {
             _ = hup.recv() => {
                 notify::reloading();
-                match daemon.reload_from_file().await {
-                    Ok(_) => notify::reloaded(None),
+                match reload(&daemon, &cluster).await {
+                    Ok(()) => notify::reloaded(None),
                     Err(e) => {
                         warn!("{e:#}");
                         notify::reloaded(Some(&format!("{e:#}")));
@@ -141,6 +146,8 @@ async fn serve(
         }
     };
     notify::stopping();
+    // A successor follows etcd from now on (and writes the file); this process stops at once.
+    cluster.stop().await;
     if let Some(task) = waiting {
         task.abort();
     }
@@ -155,6 +162,27 @@ async fn serve(
         let _ = std::fs::remove_file(handover::socket_path(&config_path));
         info!("exiting; the data path stays attached");
     }
+    Ok(())
+}
+
+/// SIGHUP: the file as it is now. With etcd it is published (against the revision running
+/// here) so that every node runs it, as `lb reload` does; else it is applied here.
+async fn reload(daemon: &Daemon, cluster: &Cluster) -> Result<()> {
+    if !cluster.is_etcd() {
+        return daemon.reload_from_file().await;
+    }
+    let done = cluster
+        .change(Edit::Reload)
+        .await
+        .with_context(|| format!("reload of {} refused", daemon.config_path().display()))?;
+    for w in &done.warnings {
+        warn!("{w}");
+    }
+    info!(
+        revision = done.revision,
+        staged = done.staged,
+        "reloaded and published to etcd"
+    );
     Ok(())
 }
 

@@ -1124,6 +1124,34 @@
         el("td", { text: t.reason || "" }))));
   }
 
+  // ----- cluster (shared configuration in etcd) ----------------------------------------------
+
+  function renderCluster(c) {
+    $("cluster").hidden = !c;
+    if (!c) return;
+    const st = c.status || {};
+    const store = st.store_reachable
+      ? el("span", {}, el("span", { class: "badge ok", text: "etcd reachable" }),
+        ` node ${c.node}: revision ${st.applied_revision} applied, etcd holds ${st.store_revision}`)
+      : el("span", {}, el("span", { class: "badge error", text: "etcd UNREACHABLE" }),
+        ` node ${c.node} runs on revision ${st.applied_revision}: ${st.store_error || ""}`);
+    const extra = [];
+    if (st.staged) extra.push(el("span", { class: "badge maint", text: "changes staged for Synchronize" }));
+    if (st.refused) {
+      extra.push(el("span", { class: "badge error", text: `revision ${st.refused.revision} refused` }),
+        ` ${st.refused.error.split("\n").slice(0, 2).join(" ")}`);
+    }
+    setChildren($("cluster-store"), [store, " ", ...extra]);
+    setChildren($("cluster-nodes").tBodies[0], (c.nodes || []).map((n) =>
+      el("tr", { "data-testid": `cluster-node-${n.name}` },
+        el("td", { text: n.name }),
+        el("td", { text: n.api }),
+        el("td", { class: "num", text: n.applied_revision }),
+        el("td", {}, el("span", { class: n.agrees ? "badge ok" : "badge error", text: n.agrees ? "yes" : "no" })),
+        el("td", { text: n.applied_at_unix_ms ? fmtDateTime(n.applied_at_unix_ms) : "–" }),
+        el("td", { text: n.refused ? `revision ${n.refused.revision}` : "" }))));
+  }
+
   // ----- DNS vServices --------------------------------------------------------------------
 
   const DNS_COUNTERS = [
@@ -1224,6 +1252,7 @@
       renderBackends(live.backends, r);
       renderBgp(live.bgp);
       renderDns(live.dns_vservices, r);
+      renderCluster(live.cluster);
       if ((live.dns_vservices || []).length) renderGslb(await api("/api/v1/gslb"));
       else $("gslb").hidden = true;
       const stamp = $("last-refresh");

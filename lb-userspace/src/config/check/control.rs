@@ -1,5 +1,5 @@
 //! `[api]` and `[cluster]`: where the control plane listens, its token, and the peers that
-//! configuration changes are pushed to (S-CL).
+//! configuration changes are pushed to (S-CL); `[cluster.etcd]` is read in [`super::etcd`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -7,9 +7,10 @@ use std::ops::Range;
 
 use serde_spanned::Spanned;
 
+use super::etcd;
 use super::names::Namespace;
 use crate::config::issues::Issues;
-use crate::config::model::{ApiSettings, ClusterPeer, ClusterSettings};
+use crate::config::model::{ApiSettings, ClusterPeer, ClusterSettings, ClusterStore};
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawApi, RawCluster};
 
@@ -90,8 +91,9 @@ pub(in crate::config) fn check_token(
     false
 }
 
-/// Validates `[cluster]`: at least one peer, unique names and URLs, `http://host:port`
-/// URLs. A peer without its own token gets this node's API token.
+/// Validates `[cluster]`: with `store = "peers"` (the default) at least one peer, unique
+/// names and URLs, `http://host:port` URLs, a peer without its own token getting this
+/// node's API token; with `store = "etcd"` a valid `[cluster.etcd]` and no peers (S-CL3).
 pub(in crate::config) fn cluster(
     entry: Option<&Entry<RawCluster>>,
     api: &ApiSettings,
@@ -99,13 +101,50 @@ pub(in crate::config) fn cluster(
 ) -> Option<ClusterSettings> {
     let entry = entry?;
     let raw = &entry.raw;
+    let is_etcd = etcd::store_is_etcd(raw.store.as_ref(), issues);
+    let node_name = etcd::node_name(raw.node_name.as_ref(), issues);
     let peers = raw.peer.as_ref().map(|p| p.get_ref().as_slice());
+    let store = match (is_etcd, &raw.etcd) {
+        (Some(true), Some(settings)) => etcd::etcd(settings, issues).map(ClusterStore::Etcd),
+        (Some(true), None) => {
+            issues.error(
+                &entry.span,
+                "cluster.etcd",
+                "store = \"etcd\" needs [cluster.etcd] with `endpoints`, e.g. endpoints = [\"http://10.0.0.5:2379\"]",
+            );
+            None
+        }
+        (_, Some(settings)) => {
+            issues.error(
+                &settings.span(),
+                "cluster.etcd",
+                "[cluster.etcd] is read only with store = \"etcd\": set `store = \"etcd\"` in [cluster] or remove [cluster.etcd]",
+            );
+            None
+        }
+        (_, None) => Some(ClusterStore::Peers),
+    };
+    if is_etcd == Some(true) {
+        if let Some(p) = raw.peer.as_ref().filter(|p| !p.get_ref().is_empty()) {
+            issues.error(
+                &p.span(),
+                "cluster.peer",
+                "[[cluster.peer]] is for store = \"peers\": with etcd every node finds the others through etcd, remove the peers",
+            );
+        }
+        return store.map(|store| ClusterSettings {
+            peers: Vec::new(),
+            manual_sync: raw.manual_sync.as_ref().is_some_and(|m| *m.get_ref()),
+            store,
+            node_name,
+        });
+    }
     if peers.is_none_or(<[_]>::is_empty) {
         let span = raw.peer.as_ref().map_or(entry.span.clone(), Spanned::span);
         issues.error(
             &span,
             "cluster.peer",
-            "[cluster] needs at least one [[cluster.peer]] (remove [cluster] to turn clustering off)",
+            "[cluster] needs at least one [[cluster.peer]] (remove [cluster] to turn clustering off, or use store = \"etcd\")",
         );
     }
     let mut names = Namespace::default();
@@ -148,6 +187,8 @@ pub(in crate::config) fn cluster(
     Some(ClusterSettings {
         peers: valid,
         manual_sync: raw.manual_sync.as_ref().is_some_and(|m| *m.get_ref()),
+        store: store.unwrap_or(ClusterStore::Peers),
+        node_name,
     })
 }
 

@@ -7,6 +7,7 @@ pub(in crate::config) mod backends;
 pub(in crate::config) mod bgp;
 pub(in crate::config) mod control;
 pub(in crate::config) mod dns;
+pub(in crate::config) mod etcd;
 pub(in crate::config) mod health;
 pub(in crate::config) mod names;
 pub(in crate::config) mod probe;

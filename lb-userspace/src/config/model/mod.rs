@@ -129,10 +129,64 @@ impl Default for ApiSettings {
 /// Cluster synchronisation of configuration changes (S-CL).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterSettings {
-    /// Peers, by their API base URL (e.g. `http://10.0.0.2:9180`).
+    /// Peers, by their API base URL (e.g. `http://10.0.0.2:9180`); used by
+    /// [`ClusterStore::Peers`] only.
     pub peers: Vec<ClusterPeer>,
     /// Manual Sync Mode: changes reach peers only on Synchronize (S-CL2). Default false.
     pub manual_sync: bool,
+    /// How a change made here reaches the other balancers.
+    pub store: ClusterStore,
+    /// This balancer's name in the cluster (`cluster.node_name`, default the host name):
+    /// the key it registers under in etcd.
+    pub node_name: String,
+}
+
+/// Where the shared configuration lives (`cluster.store`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterStore {
+    /// `"peers"` (the default): after a change this node pushes its file to each peer.
+    Peers,
+    /// `"etcd"`: the shared configuration is one key in etcd that every node watches
+    /// (S-CL3).
+    Etcd(EtcdSettings),
+}
+
+/// `[cluster.etcd]`: how to reach the etcd cluster that holds the shared configuration.
+#[derive(Clone, PartialEq)]
+pub struct EtcdSettings {
+    /// Client URLs, `http://host:port` or `https://host:port`.
+    pub endpoints: Vec<String>,
+    /// Key prefix: the configuration is `<prefix>/config`, nodes `<prefix>/nodes/<name>`.
+    pub prefix: String,
+    /// User name and password when etcd has authentication on.
+    pub auth: Option<(String, String)>,
+    /// PEM files for TLS: the CA that signed etcd's certificate, and this node's client
+    /// certificate and key (both or neither).
+    pub tls: Option<EtcdTls>,
+    /// How long one request to etcd may take before the node treats etcd as unreachable.
+    pub timeout: std::time::Duration,
+}
+
+/// TLS files for etcd (`cluster.etcd.ca_file`, `cert_file`, `key_file`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdTls {
+    /// CA certificate (PEM) that etcd's server certificate must chain to.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM), for etcd's client-certificate authentication.
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl std::fmt::Debug for EtcdSettings {
+    /// The password never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSettings")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("user", &self.auth.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// One cluster peer.

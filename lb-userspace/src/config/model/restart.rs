@@ -61,6 +61,12 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
             dbg(&nr.network_add_delay),
         ),
         ("reflection.l7_delay", dbg(&rr.l7_delay), dbg(&nr.l7_delay)),
+        ("cluster.store", dbg(&etcd_of(r)), dbg(&etcd_of(n))),
+        (
+            "cluster.node_name",
+            dbg(&r.cluster.as_ref().map(|c| &c.node_name)),
+            dbg(&n.cluster.as_ref().map(|c| &c.node_name)),
+        ),
     ];
     fields
         .into_iter()
@@ -76,6 +82,14 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The etcd settings, read once at start; `store = "peers"` is read at each change.
+fn etcd_of(c: &Config) -> Option<&super::EtcdSettings> {
+    match c.cluster.as_ref().map(|c| &c.store) {
+        Some(super::ClusterStore::Etcd(e)) => Some(e),
+        _ => None,
+    }
 }
 
 /// Said to have changed, never shown.

@@ -232,8 +232,25 @@ pub(in crate::config) enum RawTable {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(in crate::config) struct RawCluster {
+    pub store: Option<Spanned<String>>,
+    pub node_name: Option<Spanned<String>>,
+    pub etcd: Option<Spanned<RawEtcd>>,
     pub manual_sync: Option<Spanned<bool>>,
     pub peer: Option<Spanned<Vec<Spanned<RawPeer>>>>,
+}
+
+/// `[cluster.etcd]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::config) struct RawEtcd {
+    pub endpoints: Spanned<Vec<Spanned<String>>>,
+    pub prefix: Option<Spanned<String>>,
+    pub username: Option<Spanned<String>>,
+    pub password: Option<Spanned<String>>,
+    pub ca_file: Option<Spanned<String>>,
+    pub cert_file: Option<Spanned<String>>,
+    pub key_file: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<f64>>,
 }
 
 /// One `[[cluster.peer]]`.

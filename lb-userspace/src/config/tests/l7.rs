@@ -160,6 +160,8 @@ fn full_l7_config_round_trips_into_the_model() {
                     token: Some("fedcba9876543210".into()),
                 },
             ],
+            store: ClusterStore::Peers,
+            node_name: config.cluster.as_ref().unwrap().node_name.clone(),
         })
     );
     let site = VService {

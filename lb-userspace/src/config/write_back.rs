@@ -100,8 +100,18 @@ fn replace_keeping_decor(v: &mut Value, value: Value) {
     *v.decor_mut() = decor;
 }
 
-/// Tables that belong to one node and never travel between cluster peers.
+/// Tables that belong to one node and never travel between cluster nodes (in etcd or
+/// pushed to a peer).
 pub const NODE_LOCAL: [&str; 4] = ["xdp", "api", "cluster", "bgp"];
+
+/// The shared configuration: `text` without its [`NODE_LOCAL`] tables, as etcd holds it.
+pub fn shared_part(text: &str) -> Result<String, WriteBackError> {
+    let mut doc: DocumentMut = text.parse()?;
+    for key in NODE_LOCAL {
+        doc.remove(key);
+    }
+    Ok(doc.to_string())
+}
 
 /// A peer's shared configuration with this node's own [`NODE_LOCAL`] tables kept (S-CL).
 pub fn merge_shared(own: &str, incoming: &str) -> Result<String, WriteBackError> {
@@ -243,5 +253,20 @@ mod tests {
             !out.contains("[bgp]"),
             "a peer's [bgp] does not travel: {out}"
         );
+    }
+
+    /// S-CL3: the text kept in etcd has no node-local table, and merging it back into a
+    /// node's file gives that node's own tables back.
+    #[test]
+    fn s_cl3_shared_part_drops_node_local_tables() {
+        let own = "[xdp]\ninterfaces = [\"eth0\"]\n\n[api]\nlisten = \"127.0.0.1:1\"\n\n[bgp]\nasn = 1\n\n# the pool\n[[backend_service]]\nname = \"a\"\naddress = \"127.0.0.1\"\nport = 1\n\n[cluster]\nstore = \"etcd\"\n";
+        let shared = shared_part(own).unwrap();
+        for table in ["[xdp]", "[api]", "[bgp]", "[cluster]"] {
+            assert!(!shared.contains(table), "{table} in {shared}");
+        }
+        assert!(shared.contains("# the pool") && shared.contains("name = \"a\""));
+        let back = merge_shared(own, &shared).unwrap();
+        assert_eq!(shared_part(&back).unwrap(), shared);
+        assert!(back.contains("[bgp]") && back.contains("store = \"etcd\""));
     }
 }
