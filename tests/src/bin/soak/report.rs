@@ -1,0 +1,153 @@
+//! The end-of-run report: per vService what was made and what failed (and why, and under
+//! which fault), streams cut, the memory and fd figures, the XDP table occupancy, and the
+//! invariants. The last line is `invariant violations: N`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::events::{Event, Op, Vs};
+use crate::faults::{FaultKind, FaultRecord};
+
+/// A failure is blamed on a fault when it ends within this long after the fault ended (the
+/// Network remove delay, 9 s, plus a check period and the client's own timeouts).
+pub const SETTLE_MS: u64 = 15_000;
+
+/// Whether the balancer is expected to hide `kind` from a client of `vs` (by retrying on
+/// another backend, draining, or keeping the data path running). A failure under a fault
+/// it does not cover is reported apart: L7 traffic through a killed `lb run`, new Network
+/// flows to a killed or silent backend before the removal delay, requests on a backend
+/// killed mid-answer.
+pub fn covered(vs: Vs, kind: FaultKind) -> bool {
+    if vs.is_network() {
+        !matches!(kind, FaultKind::BackendKill | FaultKind::BackendSilent)
+    } else {
+        kind != FaultKind::DaemonKill
+    }
+}
+
+/// The fault a failure that ended at `done` is blamed on: the latest one that started
+/// before it and ended at most [`SETTLE_MS`] before it.
+pub fn blame(faults: &[FaultRecord], done: u64) -> Option<&FaultRecord> {
+    faults
+        .iter()
+        .rev()
+        .find(|f| f.start <= done && done <= f.end + SETTLE_MS)
+}
+
+/// Per-vService figures.
+#[derive(Default)]
+pub struct VsFigures {
+    /// Requests (HTTP, UDP) or connections made.
+    pub made: BTreeMap<&'static str, u64>,
+    /// Failed, by reason.
+    pub failed: BTreeMap<&'static str, u64>,
+    /// Failures outside any fault.
+    pub outside: u64,
+    /// Failures under a fault the balancer should hide.
+    pub covered: u64,
+    /// Failures under a fault it cannot hide, by fault.
+    pub uncovered: BTreeMap<&'static str, u64>,
+    /// Streams opened, and cut by reason.
+    pub streams: u64,
+    /// Streams cut, by reason.
+    pub cut: BTreeMap<&'static str, u64>,
+    /// Streams cut, by the fault they were cut under.
+    pub cut_under: BTreeMap<&'static str, u64>,
+    /// Answers per backend.
+    pub by_backend: BTreeMap<u8, u64>,
+}
+
+/// Sums the records per vService.
+pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigures> {
+    let mut out: BTreeMap<Vs, VsFigures> = BTreeMap::new();
+    for e in events {
+        let f = out.entry(e.vs).or_default();
+        if let Some(b) = e.backend {
+            *f.by_backend.entry(b).or_default() += 1;
+        }
+        if e.op == Op::Stream {
+            f.streams += 1;
+            if let Some(fail) = e.fail {
+                *f.cut.entry(fail.label()).or_default() += 1;
+                let under = blame(faults, e.done).map_or("no fault", |r| r.kind.label());
+                *f.cut_under.entry(under).or_default() += 1;
+            }
+            continue;
+        }
+        let what = if e.op == Op::Request {
+            "requests"
+        } else {
+            "connections"
+        };
+        *f.made.entry(what).or_default() += 1;
+        let Some(fail) = e.fail else { continue };
+        *f.failed.entry(fail.label()).or_default() += 1;
+        match blame(faults, e.done) {
+            None => f.outside += 1,
+            Some(r) if covered(e.vs, r.kind) => f.covered += 1,
+            Some(r) => *f.uncovered.entry(r.kind.label()).or_default() += 1,
+        }
+    }
+    out
+}
+
+fn map_line(m: &BTreeMap<&'static str, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The per-vService part of the report.
+pub fn vservices(figs: &BTreeMap<Vs, VsFigures>) -> String {
+    let mut s = String::new();
+    for vs in Vs::ALL {
+        let Some(f) = figs.get(&vs) else { continue };
+        let _ = writeln!(s, "{}:", vs.label());
+        let made: u64 = f.made.values().sum();
+        let failed: u64 = f.failed.values().sum();
+        let _ = writeln!(
+            s,
+            "  made: {} ({made} in all), failed: {failed} ({})",
+            map_line(&f.made),
+            map_line(&f.failed)
+        );
+        let _ = writeln!(
+            s,
+            "  failures outside any fault: {}, under a fault the balancer covers (retry, drain, data path kept): {}, under a fault it cannot cover: {}",
+            f.outside,
+            f.covered,
+            map_line(&f.uncovered)
+        );
+        if f.streams > 0 {
+            let cut: u64 = f.cut.values().sum();
+            let _ = writeln!(
+                s,
+                "  streams: {} opened, {cut} cut ({}); cut under: {}",
+                f.streams,
+                map_line(&f.cut),
+                map_line(&f.cut_under)
+            );
+        }
+        let spread: Vec<String> = f
+            .by_backend
+            .iter()
+            .map(|(b, n)| format!("b{b} {n}"))
+            .collect();
+        let _ = writeln!(s, "  answered by: {}", spread.join(", "));
+    }
+    s
+}
+
+/// Counts of the faults by kind.
+pub fn faults(records: &[FaultRecord]) -> String {
+    let mut by: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for r in records {
+        *by.entry(r.kind.label()).or_default() += 1;
+    }
+    format!("{} faults: {}", records.len(), map_line(&by))
+}
+
