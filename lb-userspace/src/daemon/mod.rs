@@ -412,19 +412,18 @@ pub async fn start_with(
         let d = daemon.clone();
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let mut last = None;
             loop {
                 let stopping = tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => false,
                     _ = stop.changed() => true,
                 };
                 let states = report::current_states(&d.config(), &d.engine);
-                // Saved when they change, and once more at the end (its time counts).
-                if stopping || last.as_ref() != Some(&states) {
-                    if let Err(e) = report::save_states(&states_path, &states) {
-                        warn!("saving health states to {}: {e:#}", states_path.display());
-                    }
-                    last = Some(states);
+                // Saved every second, changed or not, and once more at the end: a restart
+                // after a crash (no save at exit) reads the file's time against
+                // --restore-within, so a file saved only on changes would be too old after
+                // 30 quiet seconds and every service would restart in Preparing (503s).
+                if let Err(e) = report::save_states(&states_path, &states) {
+                    warn!("saving health states to {}: {e:#}", states_path.display());
                 }
                 if stopping {
                     break;
