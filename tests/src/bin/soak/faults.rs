@@ -69,6 +69,41 @@ impl FaultKind {
         (FaultKind::Malformed, 1),
     ];
 
+    /// The name `--faults` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::BackendKill => "backend-kill",
+            FaultKind::BackendSilent => "backend-silent",
+            FaultKind::Health500 => "health-500",
+            FaultKind::Maintenance => "maintenance",
+            FaultKind::MainsMaintenance => "mains-maintenance",
+            FaultKind::BackupToggle => "backup",
+            FaultKind::Weight => "weight",
+            FaultKind::Reload => "reload",
+            FaultKind::SighupInvalid => "sighup-invalid",
+            FaultKind::Upgrade => "upgrade",
+            FaultKind::DaemonKill => "daemon-kill",
+            FaultKind::Slowloris => "slowloris",
+            FaultKind::Malformed => "malformed",
+        }
+    }
+
+    /// The kinds named in `list` (comma-separated [`FaultKind::name`]s).
+    pub fn parse_list(list: &str) -> anyhow::Result<Vec<FaultKind>> {
+        list.split(',')
+            .map(|n| {
+                FaultKind::DRAW
+                    .iter()
+                    .map(|d| d.0)
+                    .find(|k| k.name() == n.trim())
+                    .with_context(|| {
+                        let all: Vec<&str> = FaultKind::DRAW.iter().map(|d| d.0.name()).collect();
+                        format!("--faults: no fault {n:?}; the faults are {}", all.join(", "))
+                    })
+            })
+            .collect()
+    }
+
     /// The name the report prints.
     pub fn label(self) -> &'static str {
         match self {
@@ -158,10 +193,15 @@ impl Rng {
         lo + self.next() % (hi - lo + 1)
     }
 
-    fn kind(&mut self) -> FaultKind {
-        let total: u64 = FaultKind::DRAW.iter().map(|d| d.1).sum();
-        let mut pick = self.next() % total;
-        for (k, w) in FaultKind::DRAW {
+    /// A kind drawn by weight among `only` (every kind when empty).
+    fn kind(&mut self, only: &[FaultKind]) -> FaultKind {
+        let draw: Vec<(FaultKind, u64)> = FaultKind::DRAW
+            .into_iter()
+            .filter(|d| only.is_empty() || only.contains(&d.0))
+            .collect();
+        let total: u64 = draw.iter().map(|d| d.1).sum();
+        let mut pick = self.next() % total.max(1);
+        for (k, w) in draw {
             if pick < w {
                 return k;
             }
@@ -231,11 +271,11 @@ impl Ctx<'_> {
     }
 }
 
-/// Runs faults until `until` (ms since the start), then returns what happened.
-pub fn run(ctx: &mut Ctx<'_>, rng: &mut Rng, until: u64) -> Outcome {
+/// Runs faults (of the kinds in `only`, or all) until `until` (ms since the start), then returns what happened.
+pub fn run(ctx: &mut Ctx<'_>, rng: &mut Rng, only: &[FaultKind], until: u64) -> Outcome {
     let mut out = Outcome::default();
     while now_ms() + 10_000 < until {
-        let kind = rng.kind();
+        let kind = rng.kind(only);
         let hold = Duration::from_millis(rng.range(3_000, 6_000));
         let gap = Duration::from_millis(rng.range(2_000, 4_000));
         let mut rec = FaultRecord {

@@ -44,7 +44,8 @@
 //!
 //! Output: the report on stdout (last line `invariant violations: N`), and in the output
 //! directory (default `target/soak`) `report.txt`, `samples.csv` (RSS, fds, XDP table each
-//! second) and `soak.png`. Exit status 1 on any violation.
+//! second), `failures.csv` (every failure and cut stream, with the fault it is blamed on),
+//! `lb-run.log` (every `lb run`'s log) and `soak.png`. Exit status 1 on any violation.
 
 mod abuse;
 mod api;
@@ -89,9 +90,10 @@ struct Options {
     minutes: f64,
     seed: u64,
     out: PathBuf,
+    faults: Vec<FaultKind>,
 }
 
-const USAGE: &str = "usage: soak [--minutes N] [--seed S] [--out DIR]";
+const USAGE: &str = "usage: soak [--minutes N] [--seed S] [--out DIR] [--faults KIND,...]";
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -101,6 +103,7 @@ fn options() -> Result<Options> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1),
         out: lb_tests::netns::lbctl::repo_root().join("target/soak"),
+        faults: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -121,6 +124,7 @@ fn options() -> Result<Options> {
                     .with_context(|| format!("--seed {v}: a whole number"))?;
             }
             "--out" => o.out = PathBuf::from(value()?),
+            "--faults" => o.faults = FaultKind::parse_list(&value()?)?,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
@@ -287,7 +291,7 @@ fn run(o: &Options) -> Result<usize> {
             config: config_path.clone(),
             abuse: abuse.clone(),
         };
-        faults::run(&mut ctx, &mut rng, until)
+        faults::run(&mut ctx, &mut rng, &o.faults, until)
     };
     while now_ms() < until {
         std::thread::sleep(Duration::from_millis(200));
@@ -429,6 +433,11 @@ fn run(o: &Options) -> Result<usize> {
         eprintln!("soak: no plot: {e:#}");
     }
     std::fs::write(o.out.join("report.txt"), &text)?;
+    let _ = std::fs::copy(topo.work_dir.join("run.log"), o.out.join("lb-run.log"));
+    std::fs::write(
+        o.out.join("failures.csv"),
+        report::failures_csv(&events, &outcome.records),
+    )?;
     print!("{text}");
     drop(client);
     drop(balancer);

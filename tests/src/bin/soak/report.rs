@@ -151,3 +151,22 @@ pub fn faults(records: &[FaultRecord]) -> String {
     format!("{} faults: {}", records.len(), map_line(&by))
 }
 
+
+/// Every failed record and cut stream as CSV (`failures.csv`), with the fault it is blamed on.
+pub fn failures_csv(events: &[Event], faults: &[FaultRecord]) -> String {
+    let mut s = String::from("sent_s,done_s,vservice,what,backend,reason,blamed_on\n");
+    for e in events.iter().filter(|e| e.fail.is_some()) {
+        let _ = writeln!(
+            s,
+            "{:.3},{:.3},{:?},{:?},{},{},{}",
+            e.sent as f64 / 1000.0,
+            e.done as f64 / 1000.0,
+            e.vs,
+            e.op,
+            e.backend.map(|b| format!("b{b}")).unwrap_or_default(),
+            e.fail.map(|f| f.label()).unwrap_or_default(),
+            blame(faults, e.done).map_or("no fault".into(), |r| r.describe())
+        );
+    }
+    s
+}
