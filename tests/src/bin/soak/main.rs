@@ -37,7 +37,8 @@
 //! - `lb run` dying on its own (not killed by the schedule) is a violation.
 //!
 //! Failures are counted per vService with their reason and blamed on the latest fault that
-//! started before them and ended at most 15 s before them; the report separates failures
+//! can touch that vService, started before them and ended at most 15 s before them (an
+//! upgrade: 45 s, its old process's drain timeout on top); the report separates failures
 //! outside any fault, failures under a fault the balancer covers (retry, drain, data path
 //! kept across restarts) and failures under a fault it cannot cover (L7 traffic through a
 //! killed `lb run`, new Network flows to a dead backend before its removal).

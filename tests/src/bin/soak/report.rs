@@ -25,13 +25,52 @@ pub fn covered(vs: Vs, kind: FaultKind) -> bool {
     }
 }
 
-/// The fault a failure that ended at `done` is blamed on: the latest one that started
-/// before it and ended at most [`SETTLE_MS`] before it.
-pub fn blame(faults: &[FaultRecord], done: u64) -> Option<&FaultRecord> {
+/// How long after its end a fault's effects may last: [`SETTLE_MS`], and for an upgrade
+/// the old process's drain timeout (30 s) on top, after which it cuts what is still open.
+fn reach(f: &FaultRecord) -> u64 {
+    match f.kind {
+        FaultKind::Upgrade => f.end + 30_000 + SETTLE_MS,
+        _ => f.end + SETTLE_MS,
+    }
+}
+
+/// Whether fault `f` can touch traffic of `vs` at all.
+pub fn affects(f: &FaultRecord, vs: Vs) -> bool {
+    let http = matches!(vs, Vs::Web | Vs::WebApi);
+    let service = f.service.as_deref().unwrap_or("");
+    match f.kind {
+        FaultKind::BackendKill | FaultKind::BackendSilent => f.backend.is_some_and(|b| b <= 3) || http,
+        FaultKind::Health500 | FaultKind::MainsMaintenance | FaultKind::BackupToggle => http,
+        FaultKind::Maintenance | FaultKind::Weight => match service.as_bytes().first() {
+            Some(b'w') => http,
+            Some(b't') => vs == Vs::Tcp,
+            Some(b'n') => vs == Vs::Nat,
+            _ => true,
+        },
+        FaultKind::Slowloris => http,
+        FaultKind::Malformed => http || vs == Vs::Tcp,
+        FaultKind::Reload | FaultKind::SighupInvalid | FaultKind::Upgrade | FaultKind::DaemonKill => true,
+    }
+}
+
+/// The fault a failure of `vs` that ended at `done` is blamed on: the latest one that
+/// started before it, can touch `vs`, and whose effects may still last ([`reach`]).
+pub fn blame(faults: &[FaultRecord], vs: Vs, done: u64) -> Option<&FaultRecord> {
     faults
         .iter()
         .rev()
-        .find(|f| f.start <= done && done <= f.end + SETTLE_MS)
+        .find(|f| f.start <= done && done <= reach(f) && affects(f, vs))
+}
+
+/// What the report calls a request that was on its backend when the backend was killed or
+/// went silent: no retry can be sure it did not reach the server, so it is counted apart.
+pub const IN_FLIGHT: &str = "in flight when its backend was killed or silenced";
+
+/// Whether `e` was sent at most 500 ms after backend fault `f` began (so it may have been on
+/// that backend already): a request that failed then is counted as in flight, not as a
+/// failure the balancer should have hidden.
+fn in_flight(f: &FaultRecord, e: &Event) -> bool {
+    matches!(f.kind, FaultKind::BackendKill | FaultKind::BackendSilent) && e.sent <= f.start + 500
 }
 
 /// Per-vService figures.
@@ -69,7 +108,7 @@ pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigur
             f.streams += 1;
             if let Some(fail) = e.fail {
                 *f.cut.entry(fail.label()).or_default() += 1;
-                let under = blame(faults, e.done).map_or("no fault", |r| r.kind.label());
+                let under = blame(faults, e.vs, e.done).map_or("no fault", |r| r.kind.label());
                 *f.cut_under.entry(under).or_default() += 1;
             }
             continue;
@@ -82,8 +121,9 @@ pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigur
         *f.made.entry(what).or_default() += 1;
         let Some(fail) = e.fail else { continue };
         *f.failed.entry(fail.label()).or_default() += 1;
-        match blame(faults, e.done) {
+        match blame(faults, e.vs, e.done) {
             None => f.outside += 1,
+            Some(r) if in_flight(r, e) => *f.uncovered.entry(IN_FLIGHT).or_default() += 1,
             Some(r) if covered(e.vs, r.kind) => f.covered += 1,
             Some(r) => *f.uncovered.entry(r.kind.label()).or_default() += 1,
         }
@@ -165,7 +205,7 @@ pub fn failures_csv(events: &[Event], faults: &[FaultRecord]) -> String {
             e.op,
             e.backend.map(|b| format!("b{b}")).unwrap_or_default(),
             e.fail.map(|f| f.label()).unwrap_or_default(),
-            blame(faults, e.done).map_or("no fault".into(), |r| r.describe())
+            blame(faults, e.vs, e.done).map_or("no fault".into(), |r| r.describe())
         );
     }
     s
