@@ -41,7 +41,9 @@ pub async fn slowloris(addr: SocketAddr, n: usize, hold: Duration, tally: Arc<Ab
                 return;
             };
             tally.slow_opened.fetch_add(1, Ordering::Relaxed);
-            let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: soak\r\nX-Slow: ").await;
+            let _ = c
+                .write_all(b"GET / HTTP/1.1\r\nHost: soak\r\nX-Slow: ")
+                .await;
             let end = tokio::time::Instant::now() + hold;
             while tokio::time::Instant::now() < end {
                 tokio::time::sleep(Duration::from_secs(1)).await;

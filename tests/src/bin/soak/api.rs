@@ -42,7 +42,10 @@ async fn call_inner(method: &str, path: &str, body: Option<&Value>) -> Result<(u
         .nth(1)
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("{method} {path}: no status in {head:?}"))?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(rest)
     } else {
         rest.to_owned()

@@ -39,10 +39,7 @@ impl DaemonCtl {
         for dev in topo.interfaces() {
             args.extend(["--iface".to_owned(), dev]);
         }
-        args.extend([
-            "--pin-dir".to_owned(),
-            topo.pin_dir.display().to_string(),
-        ]);
+        args.extend(["--pin-dir".to_owned(), topo.pin_dir.display().to_string()]);
         DaemonCtl {
             netns: topo.balancer.path(),
             args,
@@ -86,7 +83,10 @@ impl DaemonCtl {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        bail!("the API did not answer within 20 s; log:\n{}", self.log_tail())
+        bail!(
+            "the API did not answer within 20 s; log:\n{}",
+            self.log_tail()
+        )
     }
 
     /// Whether the serving process runs.

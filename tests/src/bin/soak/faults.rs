@@ -98,7 +98,10 @@ impl FaultKind {
                     .find(|k| k.name() == n.trim())
                     .with_context(|| {
                         let all: Vec<&str> = FaultKind::DRAW.iter().map(|d| d.0.name()).collect();
-                        format!("--faults: no fault {n:?}; the faults are {}", all.join(", "))
+                        format!(
+                            "--faults: no fault {n:?}; the faults are {}",
+                            all.join(", ")
+                        )
                     })
             })
             .collect()
@@ -286,8 +289,7 @@ pub fn run(ctx: &mut Ctx<'_>, rng: &mut Rng, only: &[FaultKind], until: u64) -> 
             end: 0,
         };
         if let Err(e) = apply(ctx, rng, &mut rec, hold, &mut out.mt) {
-            out.errors
-                .push(format!("{}: {e:#}", rec.describe()));
+            out.errors.push(format!("{}: {e:#}", rec.describe()));
         }
         rec.end = now_ms();
         println!("  fault: {}", rec.describe());
@@ -302,7 +304,8 @@ pub fn run(ctx: &mut Ctx<'_>, rng: &mut Rng, only: &[FaultKind], until: u64) -> 
             out.deaths.push((now_ms(), tail.clone()));
             eprintln!("soak: lb run died; log tail:\n{tail}");
             if let Err(e) = ctx.daemon.start(ctx.balancer) {
-                out.errors.push(format!("restarting the dead lb run: {e:#}"));
+                out.errors
+                    .push(format!("restarting the dead lb run: {e:#}"));
                 break;
             }
         }

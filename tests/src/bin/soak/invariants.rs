@@ -233,3 +233,144 @@ fn l4_flows(events: &[Event], faults: &[FaultRecord], f: &mut Findings) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decisions of the checks on hand-made records (issue 20).
+
+    use super::*;
+    use crate::events::Fail;
+    use crate::lists::{List, Member};
+
+    fn member(name: &str, backup: bool, eligible: bool) -> Member {
+        Member {
+            name: name.into(),
+            backup,
+            eligible,
+        }
+    }
+
+    /// Snapshots every 100 ms from 0 to 2000 ms of the Default list: mains w1 (eligible
+    /// when `main_up`), backups w4 then w5 (w4 eligible when the mains are not).
+    fn snaps(main_up: impl Fn(u64) -> bool) -> Vec<Snapshot> {
+        (0..=20)
+            .map(|i| {
+                let at = i * 100;
+                let up = main_up(at);
+                Snapshot {
+                    asked: at,
+                    answered: at + 5,
+                    lists: vec![List {
+                        name: "default".into(),
+                        tier: if up {
+                            "mains".into()
+                        } else {
+                            "backup 1".into()
+                        },
+                        members: vec![
+                            member("w1", false, up),
+                            member("w4", true, !up),
+                            member("w5", true, false),
+                        ],
+                    }],
+                }
+            })
+            .collect()
+    }
+
+    fn answer(backend: u8, sent: u64) -> Event {
+        Event {
+            vs: Vs::Web,
+            op: Op::Request,
+            sent,
+            done: sent + 5,
+            backend: Some(backend),
+            fail: None,
+        }
+    }
+
+    #[test]
+    fn s_bk1_a_backup_answering_while_a_main_is_eligible_throughout_is_a_violation() {
+        let f = check(&[answer(4, 1000)], &snaps(|_| true), &[], &[]);
+        assert_eq!(f.violations.len(), 1, "{:?}", f.violations);
+        assert_eq!(f.violations[0].rule, "S-BK1");
+        assert_eq!(f.backup_answers_judged, 1);
+    }
+
+    #[test]
+    fn s_bk1_a_backup_answering_near_a_change_of_tier_is_not_a_violation() {
+        // The mains return at 1000 ms: a backup answer sent at 900 ms is within the margin.
+        let f = check(&[answer(4, 900)], &snaps(|at| at >= 1000), &[], &[]);
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+    }
+
+    #[test]
+    fn s_bk3_the_second_backup_answering_while_the_first_serves_is_a_violation() {
+        let f = check(&[answer(5, 1000)], &snaps(|_| false), &[], &[]);
+        assert_eq!(f.violations.len(), 1, "{:?}", f.violations);
+        assert_eq!(f.violations[0].rule, "S-BK3");
+        let ok = check(&[answer(4, 1000)], &snaps(|_| false), &[], &[]);
+        assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+    }
+
+    #[test]
+    fn answers_across_a_snapshot_gap_are_not_judged() {
+        let mut s = snaps(|_| true);
+        s.retain(|x| !(800..=1500).contains(&x.asked));
+        let f = check(&[answer(4, 1000)], &s, &[], &[]);
+        assert!(f.violations.is_empty());
+        assert_eq!(f.backup_answers_unjudged, 1);
+    }
+
+    #[test]
+    fn s_mt3_only_requests_sent_after_the_answer_count() {
+        let w = MtWindow {
+            service: "w1".into(),
+            backend: 1,
+            on_answered: 1000,
+            off_sent: 2000,
+        };
+        let events = [
+            answer(1, 990),
+            answer(1, 1000),
+            answer(1, 2000),
+            answer(2, 1500),
+        ];
+        let f = check(&events, &[], &[], &[w]);
+        assert_eq!(f.violations.len(), 1, "{:?}", f.violations);
+        assert_eq!(f.violations[0].rule, "S-MT3");
+        assert_eq!(f.violations[0].at, 1000);
+    }
+
+    #[test]
+    fn an_l4_stream_cut_is_a_violation_unless_its_own_backend_was_hit() {
+        let cut = |backend: u8| Event {
+            vs: Vs::Nat,
+            op: Op::Stream,
+            sent: 0,
+            done: 12_000,
+            backend: Some(backend),
+            fail: Some(Fail::Reset),
+        };
+        let kill = FaultRecord {
+            kind: FaultKind::BackendKill,
+            backend: Some(2),
+            service: None,
+            start: 10_000,
+            end: 14_000,
+        };
+        let restart = FaultRecord {
+            kind: FaultKind::DaemonKill,
+            ..kill.clone()
+        };
+        assert!(
+            check(&[cut(2)], &[], &[kill.clone()], &[])
+                .violations
+                .is_empty()
+        );
+        let f = check(&[cut(1)], &[], &[kill], &[]);
+        assert_eq!(f.violations.len(), 1);
+        let f = check(&[cut(2)], &[], &[restart], &[]);
+        assert_eq!(f.violations[0].rule, "L4-flow");
+    }
+}

@@ -77,8 +77,7 @@ use tokio::sync::watch;
 use crate::abuse::AbuseTally;
 use crate::backends::Backend;
 use crate::config::{
-    BACKENDS, DSR_PORT, DSR_VIP, L7_ADDR, NAT_PORT, NAT_VIP, TCP_PORT, UDP_PORT, Variant,
-    WEB_PORT,
+    BACKENDS, DSR_PORT, DSR_VIP, L7_ADDR, NAT_PORT, NAT_VIP, TCP_PORT, UDP_PORT, Variant, WEB_PORT,
 };
 use crate::daemon::DaemonCtl;
 use crate::events::{Log, Vs, now_ms};
@@ -108,7 +107,10 @@ fn options() -> Result<Options> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{a} needs a value; {USAGE}"));
+        let mut value = || {
+            args.next()
+                .with_context(|| format!("{a} needs a value; {USAGE}"))
+        };
         match a.as_str() {
             "--minutes" => {
                 let v = value()?;
@@ -178,12 +180,7 @@ fn start_load(
         for _ in 0..2 {
             tasks.push(client.spawn(load::stream_client(addr, vs, log.clone(), stop.clone())));
         }
-        tasks.push(client.spawn(load::connection_client(
-            addr,
-            vs,
-            log.clone(),
-            stop.clone(),
-        )));
+        tasks.push(client.spawn(load::connection_client(addr, vs, log.clone(), stop.clone())));
     }
     tasks.push(client.spawn(load::udp_client(udp, log.clone(), stop.clone())));
     tasks
@@ -227,7 +224,9 @@ fn wait_ready(balancer: &NsRuntime, client: &NsRuntime) -> Result<()> {
         if matches!(mains, Ok(3)) && matches!(flows, Ok(true)) {
             return Ok(());
         }
-        last = format!("eligible members of web's Default list: {mains:?}; a NAT connection: {flows:?}");
+        last = format!(
+            "eligible members of web's Default list: {mains:?}; a NAT connection: {flows:?}"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     bail!("the vServices did not become ready within 40 s ({last})")
@@ -267,7 +266,10 @@ fn run(o: &Options) -> Result<usize> {
         let status = topo.lb_status_text().unwrap_or_else(|e| format!("{e:#}"));
         bail!("{e:#}\nlb status:\n{status}\nlog:\n{}", daemon.log_tail());
     }
-    println!("ready after {:.1} s; load and faults start", now_ms() as f64 / 1000.0);
+    println!(
+        "ready after {:.1} s; load and faults start",
+        now_ms() as f64 / 1000.0
+    );
 
     let run_start = now_ms();
     let until = run_start + total_ms;
@@ -416,7 +418,13 @@ fn run(o: &Options) -> Result<usize> {
         outcome.mt.len()
     );
     for v in violations.iter().take(20) {
-        let _ = writeln!(text, "VIOLATION {} at {:.1} s: {}", v.rule, v.at as f64 / 1000.0, v.what);
+        let _ = writeln!(
+            text,
+            "VIOLATION {} at {:.1} s: {}",
+            v.rule,
+            v.at as f64 / 1000.0,
+            v.what
+        );
     }
     let _ = writeln!(text, "invariant violations: {}", violations.len());
 
@@ -429,7 +437,10 @@ fn run(o: &Options) -> Result<usize> {
         .filter(|r| matches!(r.kind, FaultKind::Upgrade | FaultKind::DaemonKill))
         .map(|r| r.start)
         .collect();
-    let title = format!("soak, seed {}, {:.0} min (grey: lb run restarts)", o.seed, o.minutes);
+    let title = format!(
+        "soak, seed {}, {:.0} min (grey: lb run restarts)",
+        o.seed, o.minutes
+    );
     if let Err(e) = sampler::plot(&o.out, &samples, &restarts, &title) {
         eprintln!("soak: no plot: {e:#}");
     }

@@ -39,7 +39,9 @@ pub fn affects(f: &FaultRecord, vs: Vs) -> bool {
     let http = matches!(vs, Vs::Web | Vs::WebApi);
     let service = f.service.as_deref().unwrap_or("");
     match f.kind {
-        FaultKind::BackendKill | FaultKind::BackendSilent => f.backend.is_some_and(|b| b <= 3) || http,
+        FaultKind::BackendKill | FaultKind::BackendSilent => {
+            f.backend.is_some_and(|b| b <= 3) || http
+        }
         FaultKind::Health500 | FaultKind::MainsMaintenance | FaultKind::BackupToggle => http,
         FaultKind::Maintenance | FaultKind::Weight => match service.as_bytes().first() {
             Some(b'w') => http,
@@ -47,9 +49,12 @@ pub fn affects(f: &FaultRecord, vs: Vs) -> bool {
             Some(b'n') => vs == Vs::Nat,
             _ => true,
         },
-        FaultKind::Slowloris => http,
-        FaultKind::Malformed => http || vs == Vs::Tcp,
-        FaultKind::Reload | FaultKind::SighupInvalid | FaultKind::Upgrade | FaultKind::DaemonKill => true,
+        // They must not touch anyone else's traffic: what fails beside them is not theirs.
+        FaultKind::Slowloris | FaultKind::Malformed => false,
+        FaultKind::Reload
+        | FaultKind::SighupInvalid
+        | FaultKind::Upgrade
+        | FaultKind::DaemonKill => true,
     }
 }
 
@@ -190,7 +195,6 @@ pub fn faults(records: &[FaultRecord]) -> String {
     }
     format!("{} faults: {}", records.len(), map_line(&by))
 }
-
 
 /// Every failed record and cut stream as CSV (`failures.csv`), with the fault it is blamed on.
 pub fn failures_csv(events: &[Event], faults: &[FaultRecord]) -> String {

@@ -47,7 +47,7 @@ impl Sampler {
             while !s.load(Ordering::SeqCst) {
                 let p = pid.load(Ordering::SeqCst);
                 if let (Some(rss_kb), Some(fds)) = (rss(p), fds(p)) {
-                    let conns = (n % 5 == 0).then(|| count_entries(&conns)).flatten();
+                    let conns = n.is_multiple_of(5).then(|| count_entries(&conns)).flatten();
                     if let Ok(mut v) = out.lock() {
                         v.push(Sample {
                             at: now_ms(),
@@ -208,7 +208,10 @@ pub fn plot(dir: &Path, samples: &[Sample], restarts: &[u64], title: &str) -> Re
         .titled(title, ("sans-serif", 20))
         .map_err(|e| anyhow!("{e}"))?;
     let areas = root.split_evenly((3, 1));
-    let end = samples.last().map_or(1.0, |s| s.at as f64 / 1000.0).max(1.0);
+    let end = samples
+        .last()
+        .map_or(1.0, |s| s.at as f64 / 1000.0)
+        .max(1.0);
     type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor);
     let series: [Series<'_>; 3] = [
         (
