@@ -349,7 +349,9 @@ async fn saved_health_states_stay_fresh_while_nothing_changes() {
     tokio::time::sleep(Duration::from_millis(3500)).await;
     let saved = std::fs::read_to_string(lb::daemon::states_path(&path)).expect("states file");
     let saved: serde_json::Value = serde_json::from_str(&saved).expect("states JSON");
-    let at = saved["saved_at_unix_ms"].as_u64().expect("saved_at_unix_ms");
+    let at = saved["saved_at_unix_ms"]
+        .as_u64()
+        .expect("saved_at_unix_ms");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")

@@ -364,7 +364,7 @@ mod tests {
             ..kill.clone()
         };
         assert!(
-            check(&[cut(2)], &[], &[kill.clone()], &[])
+            check(&[cut(2)], &[], std::slice::from_ref(&kill), &[])
                 .violations
                 .is_empty()
         );
