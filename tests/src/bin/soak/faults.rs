@@ -230,6 +230,8 @@ pub struct Ctx<'a> {
     pub config: PathBuf,
     /// How the hostile clients were treated.
     pub abuse: Arc<AbuseTally>,
+    /// Each API write call: what it was and how long it took to answer (ms).
+    pub api_times: std::cell::RefCell<Vec<(String, u64)>>,
 }
 
 /// What the fault loop recorded.
@@ -247,13 +249,19 @@ pub struct Outcome {
 
 impl Ctx<'_> {
     fn api(&self, method: &str, path: &str, body: serde_json::Value) -> Result<()> {
+        let what = format!("{method} {path} {body}");
         let path = path.to_owned();
         let method = method.to_owned();
-        self.balancer
+        let sent = Instant::now();
+        let answer = self
+            .balancer
             .run(api::API_TIMEOUT + Duration::from_secs(1), async move {
                 api::ok(&method, &path, Some(&body)).await
-            })?
-            .map(drop)
+            });
+        self.api_times
+            .borrow_mut()
+            .push((what, sent.elapsed().as_millis() as u64));
+        answer?.map(drop)
     }
 
     fn maintenance(&self, service: &str, on: bool) -> Result<()> {

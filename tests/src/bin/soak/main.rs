@@ -284,6 +284,7 @@ fn run(o: &Options) -> Result<usize> {
 
     let abuse = Arc::new(AbuseTally::default());
     let mut rng = Rng::new(o.seed);
+    let api_times;
     let outcome = {
         let mut ctx = Ctx {
             topo: &topo,
@@ -293,8 +294,11 @@ fn run(o: &Options) -> Result<usize> {
             daemon: &mut daemon,
             config: config_path.clone(),
             abuse: abuse.clone(),
+            api_times: Default::default(),
         };
-        faults::run(&mut ctx, &mut rng, &o.faults, until)
+        let out = faults::run(&mut ctx, &mut rng, &o.faults, until);
+        api_times = ctx.api_times.take();
+        out
     };
     while now_ms() < until {
         std::thread::sleep(Duration::from_millis(200));
@@ -384,6 +388,20 @@ fn run(o: &Options) -> Result<usize> {
                 "lb run memory: no process lived 20 s past warm-up; see samples.csv"
             );
         }
+    }
+    if !api_times.is_empty() {
+        let mut ms: Vec<u64> = api_times.iter().map(|a| a.1).collect();
+        ms.sort_unstable();
+        let slowest = api_times.iter().max_by_key(|a| a.1).map(|a| a.0.clone());
+        let _ = writeln!(
+            text,
+            "API writes (Maintenance, Backup, weight, reload): {}, answered in median {} ms, 90th percentile {} ms, max {} ms ({})",
+            ms.len(),
+            ms[ms.len() / 2],
+            ms[ms.len() * 9 / 10],
+            ms[ms.len() - 1],
+            slowest.unwrap_or_default()
+        );
     }
     let conns: Vec<u64> = samples.iter().filter_map(|s| s.conns).collect();
     let _ = writeln!(

@@ -60,22 +60,42 @@ pub fn affects(f: &FaultRecord, vs: Vs) -> bool {
 
 /// The fault a failure of `vs` that ended at `done` is blamed on: the latest one that
 /// started before it, can touch `vs`, and whose effects may still last ([`reach`]).
+/// An upgrade's old process cuts what is still open at its drain timeout (30 s after the
+/// new one took over, which happened during the fault): such an L7 failure is blamed on it
+/// before any later fault.
 pub fn blame(faults: &[FaultRecord], vs: Vs, done: u64) -> Option<&FaultRecord> {
-    faults
-        .iter()
-        .rev()
-        .find(|f| f.start <= done && done <= reach(f) && affects(f, vs))
+    let drain_cut = faults.iter().rev().find(|f| {
+        f.kind == FaultKind::Upgrade
+            && !vs.is_network()
+            && f.start + 29_000 <= done
+            && done <= f.end + 31_000
+    });
+    drain_cut.or_else(|| {
+        faults
+            .iter()
+            .rev()
+            .find(|f| f.start <= done && done <= reach(f) && affects(f, vs))
+    })
 }
 
 /// What the report calls a request that was on its backend when the backend was killed or
 /// went silent: no retry can be sure it did not reach the server, so it is counted apart.
+/// (S-RT1 allows, and does not require, a retry of an idempotent request that may have
+/// reached the backend; the soak's GETs on a silenced backend were answered 504 after the
+/// server timeout.)
 pub const IN_FLIGHT: &str = "in flight when its backend was killed or silenced";
 
-/// Whether `e` was sent at most 500 ms after backend fault `f` began (so it may have been on
-/// that backend already): a request that failed then is counted as in flight, not as a
-/// failure the balancer should have hidden.
+/// Whether `e` may have been on the backend of fault `f` when it was hit: sent at most
+/// 500 ms after a kill began, or, for a silenced backend, before the daemon could take it
+/// out (a silent server leaves L7 traffic within 6 s, S-RF3; until then a request the
+/// proxy sends on an open connection to it waits for the server timeout). Such a failure
+/// is counted as in flight, not as one the balancer should have hidden.
 fn in_flight(f: &FaultRecord, e: &Event) -> bool {
-    matches!(f.kind, FaultKind::BackendKill | FaultKind::BackendSilent) && e.sent <= f.start + 500
+    match f.kind {
+        FaultKind::BackendKill => e.sent <= f.start + 500,
+        FaultKind::BackendSilent => e.sent <= f.start + 6_000,
+        _ => false,
+    }
 }
 
 /// Per-vService figures.
