@@ -370,12 +370,13 @@ fn run(o: &Options) -> Result<usize> {
         Some(g) => {
             let _ = writeln!(
                 text,
-                "lb run memory (longest-lived process, pid {}, {:.0} s after warm-up): RSS {:.1} -> {:.1} MiB ({:+.1}%), open fds {} -> {} (range {}..{})",
+                "lb run memory (longest-lived process, pid {}, {:.0} s after warm-up): RSS {:.1} -> {:.1} MiB ({:+.1}%; over its second half {:+.1}%), open fds {} -> {} (range {}..{})",
                 g.pid,
                 g.seconds,
                 g.rss_first as f64 / 1024.0,
                 g.rss_last as f64 / 1024.0,
                 g.rss_percent(),
+                g.rss_second_half_percent(),
                 g.fds_first_last.0,
                 g.fds_first_last.1,
                 g.fds.0,
@@ -403,6 +404,15 @@ fn run(o: &Options) -> Result<usize> {
             slowest.unwrap_or_default()
         );
     }
+    let peaks: Vec<String> = sampler::peaks(&samples)
+        .iter()
+        .map(|(_, kb)| format!("{:.1}", *kb as f64 / 1024.0))
+        .collect();
+    let _ = writeln!(
+        text,
+        "lb run peak RSS of each process in turn (MiB): {}",
+        peaks.join(", ")
+    );
     let conns: Vec<u64> = samples.iter().filter_map(|s| s.conns).collect();
     let _ = writeln!(
         text,

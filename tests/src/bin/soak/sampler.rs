@@ -136,6 +136,9 @@ pub struct Growth {
     pub fds: (u64, u64),
     /// Median fds of the first and last 10 samples.
     pub fds_first_last: (u64, u64),
+    /// Median RSS (KiB) of the 10 samples at the middle of the measured span: growth from
+    /// there to the end is growth that continues once the process has settled.
+    pub rss_middle: u64,
 }
 
 impl Growth {
@@ -143,6 +146,24 @@ impl Growth {
     pub fn rss_percent(&self) -> f64 {
         (self.rss_last as f64 - self.rss_first as f64) * 100.0 / self.rss_first.max(1) as f64
     }
+
+    /// RSS growth over the second half of the measured span, in percent.
+    pub fn rss_second_half_percent(&self) -> f64 {
+        (self.rss_last as f64 - self.rss_middle as f64) * 100.0 / self.rss_middle.max(1) as f64
+    }
+}
+
+/// The highest RSS (KiB) of each daemon process, in the order they ran: a leak shows as
+/// peaks that climb from one process to the next as well as within one.
+pub fn peaks(samples: &[Sample]) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    for s in samples {
+        match out.last_mut() {
+            Some((pid, peak)) if *pid == s.pid => *peak = (*peak).max(s.rss_kb),
+            _ => out.push((s.pid, s.rss_kb)),
+        }
+    }
+    out
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -171,12 +192,19 @@ pub fn growth(samples: &[Sample], warm_ms: u64) -> Option<Growth> {
             continue;
         }
         let head: Vec<&Sample> = after.iter().take(10).copied().collect();
+        let middle: Vec<&Sample> = after
+            .iter()
+            .skip(after.len() / 2)
+            .take(10)
+            .copied()
+            .collect();
         let tail: Vec<&Sample> = after.iter().rev().take(10).copied().collect();
         best = Some(Growth {
             pid,
             seconds,
             rss_first: median(head.iter().map(|s| s.rss_kb).collect()),
             rss_last: median(tail.iter().map(|s| s.rss_kb).collect()),
+            rss_middle: median(middle.iter().map(|s| s.rss_kb).collect()),
             fds: (
                 after.iter().map(|s| s.fds).min().unwrap_or(0),
                 after.iter().map(|s| s.fds).max().unwrap_or(0),
@@ -272,4 +300,32 @@ pub fn plot(dir: &Path, samples: &[Sample], restarts: &[u64], title: &str) -> Re
     }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(dir.join("soak.png"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(at_s: u64, pid: u32, rss_kb: u64) -> Sample {
+        Sample {
+            at: at_s * 1000,
+            pid,
+            rss_kb,
+            fds: 60,
+            conns: None,
+        }
+    }
+
+    /// The longest-lived process is measured; a step early in its life shows in the whole
+    /// span's growth, not in the second half's (issue 20).
+    #[test]
+    fn growth_is_measured_on_the_longest_process_and_its_second_half() {
+        let mut v: Vec<Sample> = (0..40).map(|t| sample(t, 1, 30_000)).collect();
+        v.extend((40..140).map(|t| sample(t, 2, if t < 70 { 30_000 } else { 36_000 })));
+        let g = growth(&v, 20_000).expect("a process past warm-up");
+        assert_eq!(g.pid, 2);
+        assert!((g.rss_percent() - 20.0).abs() < 0.01, "{}", g.rss_percent());
+        assert!(g.rss_second_half_percent().abs() < 0.01);
+        assert_eq!(peaks(&v), vec![(1, 30_000), (2, 36_000)]);
+    }
 }
