@@ -24,6 +24,8 @@ pub const UDP_PORT: u16 = 5300;
 pub const DSR_VIP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 13);
 /// The DSR vService's port.
 pub const DSR_PORT: u16 = 7000;
+/// The HTTP vService's client timeout (a slowloris connection must be closed after it).
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Backends' HTTP port (`/health` answers the check).
 pub const HTTP_PORT: u16 = 8080;
 /// The API, on loopback of the balancer namespace.
@@ -85,7 +87,7 @@ pub fn text(topo: &Topology, variant: Variant) -> String {
         "[[vservice]]\nname = \"web\"\nkind = \"http\"\naddress = \"{L7_ADDR}\"\nport = {WEB_PORT}\n\
          backends = {}\n\
          [vservice.persistence]\ntype = \"cookie\"\n\
-         [vservice.timeouts]\nconnect = 1.0\nserver = 5.0\nclient = 10.0\n\
+         [vservice.timeouts]\nconnect = 1.0\nserver = 5.0\nclient = {}\n\
          [[vservice.conditional_set]]\nname = \"api\"\npath_prefix = \"/api/\"\nbackends = [\"w2\", \"w3\", \"w5\"]\n\n\
          [[vservice]]\nname = \"tcp\"\nkind = \"l7-tcp\"\naddress = \"{L7_ADDR}\"\nport = {TCP_PORT}\n\
          backends = {}\n[vservice.timeouts]\nconnect = 1.0\n\n\
@@ -96,6 +98,7 @@ pub fn text(topo: &Topology, variant: Variant) -> String {
          [[vservice]]\nname = \"dsr\"\nkind = \"tcp-l4\"\naddress = \"{DSR_VIP}\"\nport = {DSR_PORT}\n\
          forwarding = \"dsr\"\nbackends = [\"d1\", \"d2\", \"d3\"]\n",
         list(web),
+        CLIENT_TIMEOUT.as_secs_f64(),
         list(tcp)
     );
     s

@@ -44,7 +44,7 @@ pub enum FaultKind {
     Upgrade,
     /// `lb run` killed with SIGKILL and started again.
     DaemonKill,
-    /// 100 slowloris connections to the HTTP vService.
+    /// 100 slowloris connections to the HTTP vService, held past its client timeout.
     Slowloris,
     /// Malformed HTTP requests and random bytes to the L7 vServices.
     Malformed,
@@ -420,7 +420,10 @@ fn apply(
             Ok(())
         }
         FaultKind::Slowloris => {
+            // Longer than the HTTP vService's client timeout, so the balancer should have
+            // closed every one of them by the end.
             let web = (L7_ADDR, WEB_PORT).into();
+            let hold = config::CLIENT_TIMEOUT + Duration::from_secs(4);
             let run = ctx
                 .client
                 .spawn(abuse::slowloris(web, 100, hold, ctx.abuse.clone()));
