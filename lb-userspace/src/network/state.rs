@@ -129,7 +129,10 @@ mod tests {
             w.join().expect("a writer failed");
         }
         let last = std::fs::read_to_string(&path).expect("read");
-        assert!(serde_json::from_str::<serde_json::Value>(&last).is_ok(), "{last}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&last).is_ok(),
+            "{last}"
+        );
         let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().collect();
         assert_eq!(left.len(), 1, "temporary files left behind: {left:?}");
         let _ = std::fs::remove_dir_all(&dir);
