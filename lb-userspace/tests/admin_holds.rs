@@ -320,6 +320,54 @@ backends = ["b1"]
     remove_config(&path);
 }
 
+/// Issue 20 (found by the soak): the saved health states are rewritten every second even
+/// when nothing changes, so a restart after a crash (SIGKILL: no save at exit) more than
+/// 30 s after the last change still finds them fresh. Before, they were saved only on
+/// changes, and a daemon killed after a quiet half-minute restarted every service in
+/// Preparing: 503s for RS x P.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_health_states_stay_fresh_while_nothing_changes() {
+    let (p1, _s1) = named_server("b1").await;
+    let (api_port, web_port) = (free_port(), free_port());
+    let text = format!(
+        "[api]\nlisten = \"127.0.0.1:{api_port}\"\n\n\
+         [[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\nrequired_successes = 2\n\n\
+         [[backend_service]]\nname = \"b1\"\naddress = \"127.0.0.1\"\nport = {p1}\n\
+         health_check = \"tcp\"\n\n\
+         [[vservice]]\nname = \"web\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
+         port = {web_port}\nbackends = [\"b1\"]\n"
+    );
+    let path = config_file("fresh-states", &text);
+    let web: SocketAddr = format!("127.0.0.1:{web_port}").parse().expect("addr");
+    let running = start_daemon(&path).await;
+    let started = Instant::now();
+    while !serves(web).await {
+        assert!(started.elapsed() < Duration::from_secs(10), "never OK");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // b1 turned OK just now; nothing changes from here on.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let saved = std::fs::read_to_string(lb::daemon::states_path(&path)).expect("states file");
+    let saved: serde_json::Value = serde_json::from_str(&saved).expect("states JSON");
+    let at = saved["saved_at_unix_ms"]
+        .as_u64()
+        .expect("saved_at_unix_ms");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let age = now.saturating_sub(at);
+    assert!(
+        age <= 2000,
+        "the saved states are {age} ms old after 3.5 quiet seconds: a crash now and a \
+         restart 27 s later would find them older than 30 s"
+    );
+    assert_eq!(saved["services"]["b1"]["state"], "OK", "{saved}");
+    running.stop().await;
+    let _ = std::fs::remove_file(lb::daemon::states_path(&path));
+    remove_config(&path);
+}
+
 /// S-RT3: with `passive_failures = 3` on its profile, a server whose TCP check passes but
 /// which answers live requests 503 goes to Error at the third 503 in a row (the transition
 /// says "live traffic"), without waiting for a check; its active check brings it back after

@@ -99,7 +99,7 @@ pub fn all() -> Result<()> {
 }
 
 /// Setup, build, the Debian package, then every test of the workspace (the `package` test
-/// installs the .deb, checks it and purges it).
+/// installs the .deb, checks it and purges it), then a two-minute soak.
 pub fn test(extra: &[String]) -> Result<()> {
     all()?;
     let deb = crate::package::package()?;
@@ -110,7 +110,42 @@ pub fn test(extra: &[String]) -> Result<()> {
         .args(extra)
         .env("LB_BIN", root().join("target/debug/lb"))
         .env("LB_XDP_OBJECT", object())
-        .env("LB_DEB", deb))
+        .env("LB_DEB", deb))?;
+    // The CI soak: two minutes of load and faults; fails on a violation or a dead daemon.
+    // Skipped when a test filter was given (the filter picks tests, not the soak).
+    if extra.is_empty() {
+        soak_ci()?;
+    }
+    Ok(())
+}
+
+/// The two-minute soak of `cargo xtask test` (debug build, already made by `all`).
+fn soak_ci() -> Result<()> {
+    run(Command::new(root().join("target/debug/soak"))
+        .args(["--minutes", "2"])
+        .env("LB_BIN", root().join("target/debug/lb"))
+        .env("LB_XDP_OBJECT", object()))
+}
+
+/// `soak --minutes N`: the namespace topology under load and a seeded fault schedule
+/// (tests/src/bin/soak). Builds `lb` and the soak (debug, or release with `release`) and runs
+/// it as root; fails when it reports an invariant violation or `lb run` died.
+pub fn soak(minutes: f64, seed: Option<u64>, faults: Option<&str>, release: bool) -> Result<()> {
+    setup::setup()?;
+    ebpf()?;
+    build_bins(release)?;
+    let profile = if release { "release" } else { "debug" };
+    let mut cmd = Command::new(root().join("target").join(profile).join("soak"));
+    cmd.args(["--minutes", &minutes.to_string()])
+        .env("LB_BIN", root().join("target").join(profile).join("lb"))
+        .env("LB_XDP_OBJECT", object());
+    if let Some(s) = seed {
+        cmd.args(["--seed", &s.to_string()]);
+    }
+    if let Some(f) = faults {
+        cmd.args(["--faults", f]);
+    }
+    run(&mut cmd)
 }
 
 /// Every property test (names with `fuzz`, `any_`, or parser properties) with `cases` cases

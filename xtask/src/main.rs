@@ -95,6 +95,28 @@ enum Cmd {
         #[arg(long, default_value_t = 20_000)]
         cases: u32,
     },
+    /// A long run of the namespace topology (HTTP, L7 TCP, NAT, DSR and UDP vServices) under
+    /// load, with a fault schedule drawn from a printed seed (backends killed, silent or
+    /// failing /health; Maintenance, Backup and weight changes; reloads; SIGHUP with an
+    /// invalid file; `lb run` upgraded and killed -9; slowloris and malformed clients) and
+    /// invariant checks (backups, Maintenance, established flows, memory and fds). Writes
+    /// target/soak/{report.txt,samples.csv,failures.csv,soak.png}; fails on any violation.
+    Soak {
+        /// Minutes of load.
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// The fault schedule's seed (default: from the clock; the run prints it).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Only these faults (comma-separated: backend-kill, backend-silent, health-500,
+        /// maintenance, mains-maintenance, backup, weight, reload, sighup-invalid, upgrade,
+        /// daemon-kill, slowloris, malformed).
+        #[arg(long)]
+        faults: Option<String>,
+        /// Build and run in release mode (the daemon and the soak).
+        #[arg(long)]
+        release: bool,
+    },
 }
 
 fn main() {
@@ -167,5 +189,11 @@ fn run_cli(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Fuzz { cases } => build::fuzz(cases),
+        Cmd::Soak {
+            minutes,
+            seed,
+            faults,
+            release,
+        } => build::soak(minutes, seed, faults.as_deref(), release),
     }
 }

@@ -62,12 +62,18 @@ pub(crate) fn run_file(key: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Writes `bytes` to `path` atomically (a sibling file renamed over it): a reader sees the
-/// old contents or the new, never a part.
+/// old contents or the new, never a part. The sibling's name is unique to this process and
+/// call: during an upgrade the old and the new `lb run` save the same files every second,
+/// and with one shared name one's rename could take the other's file away (ENOENT).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("tmp");
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}-{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
     fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok(())
@@ -98,5 +104,41 @@ impl State {
     /// Forgets the state of an unloaded data path.
     pub fn remove(pin_dir: &Path) {
         let _ = fs::remove_file(path_for(pin_dir));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomically;
+
+    /// Issue 20 (the soak's upgrades): writers saving the same file at the same time (the
+    /// old and the new `lb run` save the health states every second) all succeed, and the
+    /// file always holds one whole write.
+    #[test]
+    fn concurrent_atomic_writes_of_one_file_all_succeed() {
+        let dir = std::env::temp_dir().join(format!("lb-atomic-{}", std::process::id()));
+        let path = dir.join("states.json");
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for i in 0..300 {
+                        let body = format!("{{\"writer\":{w},\"i\":{i}}}");
+                        write_atomically(&path, body.as_bytes()).expect("write");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("a writer failed");
+        }
+        let last = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&last).is_ok(),
+            "{last}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().collect();
+        assert_eq!(left.len(), 1, "temporary files left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
