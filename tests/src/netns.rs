@@ -14,6 +14,7 @@ pub mod bird;
 pub mod client;
 pub mod cmd;
 pub mod configs;
+pub mod etcd;
 pub mod family;
 pub mod lbctl;
 pub mod ns;

@@ -3,7 +3,11 @@
 //! one segment in DSR mode, and every balancer builds the same Maglev table (S-CL4), so a
 //! flow the router moves to another balancer keeps its backend.
 //!
-//! Needs root, bird2, the `lb` binary and the XDP object (see docs/development.md).
+//! A third test shares the configuration through one etcd (S-CL3) that runs in the
+//! backends' segment namespace.
+//!
+//! Needs root, bird2, etcd-server and etcd-client, the `lb` binary and the XDP object (see
+//! docs/development.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -12,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use lb_tests::netns::bird::require_bird;
 use lb_tests::netns::configs::validated;
-use lb_tests::netns::scale::{ScaleTopology, balancer_addr, scale_backend_addr};
+use lb_tests::netns::scale::{SEGMENT_ETCD_ADDR, ScaleTopology, balancer_addr, scale_backend_addr};
 use lb_tests::netns::{HeldConn, require_data_path, tcp_ask};
 
 /// The VIP every test spreads and moves flows on.
@@ -60,6 +64,22 @@ fn config(web_backends: &[&str]) -> String {
     cfg
 }
 
+/// Balancer `i`'s file with the shared configuration in etcd: the same `config(web)` plus
+/// its own `[cluster]` table (node name `lb-i`, the etcd in the segment namespace).
+fn etcd_config(i: usize) -> String {
+    let mut cfg = config(&["b1", "b2", "b3"]);
+    cfg += &format!(
+        "\n[cluster]\nstore = \"etcd\"\nnode_name = \"lb-{i}\"\n\n\
+         [cluster.etcd]\nendpoints = [\"http://{SEGMENT_ETCD_ADDR}:2379\"]\n\
+         prefix = \"{ETCD_PREFIX}\"\n"
+    );
+    validated(&cfg);
+    cfg
+}
+
+/// Where the balancers keep the shared configuration in etcd.
+const ETCD_PREFIX: &str = "/lb/scale";
+
 /// The uplink addresses of balancers `which`: what the router's route should lead to.
 fn paths(which: &[usize]) -> BTreeSet<Ipv4Addr> {
     which.iter().map(|&i| balancer_addr(i)).collect()
@@ -68,9 +88,21 @@ fn paths(which: &[usize]) -> BTreeSet<Ipv4Addr> {
 /// Builds the network, starts the servers, `lb run` and BIRD everywhere, and waits for
 /// the router's three paths to both VIPs. `configs[i]` is balancer i+1's file.
 fn setup(configs: [String; 3]) -> (ScaleTopology, Vec<lb_tests::netns::ServerStop>) {
+    setup_with(configs, false)
+}
+
+/// [`setup`], with etcd started in the segment namespace first when `etcd` is true.
+fn setup_with(
+    configs: [String; 3],
+    etcd: bool,
+) -> (ScaleTopology, Vec<lb_tests::netns::ServerStop>) {
     require_data_path().expect("lb and the XDP object");
     require_bird().expect("bird2");
     let mut topo = ScaleTopology::new(3, 3, &[VIP, SPARE_VIP]).expect("scale-out topology");
+    if etcd {
+        let url = topo.start_etcd().expect("etcd in the segment namespace");
+        eprintln!("etcd answers on {url} in the segment namespace");
+    }
     let mut spare = Vec::new();
     for b in &topo.backends {
         topo.servers
@@ -498,4 +530,268 @@ fn scale_negative_control_different_backend_set_resets_moved_flows() {
         failed.iter().any(|(b, _)| *b == 1),
         "some of balancer 1's moved streams must be reset when the tables differ"
     );
+}
+
+/// `GET /api/v1/cluster` on balancer `i`.
+fn cluster(topo: &ScaleTopology, i: usize) -> serde_json::Value {
+    topo.api(i, "GET", "/api/v1/cluster")
+        .unwrap_or_else(|e| panic!("balancer {i}'s API: {e:#}"))
+}
+
+/// Whether balancer `i` runs `backend` in Maintenance.
+fn in_maintenance(topo: &ScaleTopology, i: usize, backend: &str) -> bool {
+    let b = topo
+        .api(i, "GET", &format!("/api/v1/backends/{backend}"))
+        .unwrap_or_else(|e| panic!("balancer {i}'s API: {e:#}"));
+    b["maintenance"] == true
+}
+
+/// `web`'s Maglev table digest as balancer `i`'s kernel holds it.
+fn web_digest(topo: &ScaleTopology, i: usize) -> Result<String, String> {
+    let t = topo
+        .api(i, "GET", "/api/v1/vservices/web/table")
+        .map_err(|e| format!("balancer {i}: {e:#}"))?;
+    let digests: Vec<String> = t["tables"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| t["digest"].as_str().unwrap_or("").to_owned())
+        .collect();
+    match digests.as_slice() {
+        [one] if !one.is_empty() => Ok(one.clone()),
+        _ => Err(format!("balancer {i}: web's tables {t}")),
+    }
+}
+
+/// The revision and `web`'s table digest all three nodes agree on (S-CL3, S-CL4): etcd
+/// lists three nodes that run the revision it holds with equal recorded table digests, and
+/// every kernel holds the same table for `web`; else what differs.
+fn agreement(topo: &ScaleTopology) -> Result<(u64, String), String> {
+    let view = topo
+        .api(1, "GET", "/api/v1/cluster")
+        .map_err(|e| format!("{e:#}"))?;
+    let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
+    if nodes.len() != 3 || !nodes.iter().all(|n| n["agrees"] == true) {
+        return Err(format!("not three nodes that agree: {view}"));
+    }
+    let revisions: BTreeSet<u64> = nodes
+        .iter()
+        .filter_map(|n| n["applied_revision"].as_u64())
+        .collect();
+    let recorded: BTreeSet<String> = nodes
+        .iter()
+        .map(|n| n["table_digests"].to_string())
+        .collect();
+    if recorded.contains("{}") {
+        return Err(format!("a node recorded no table digests: {view}"));
+    }
+    let kernel = (1..=3)
+        .map(|i| web_digest(topo, i))
+        .collect::<Result<BTreeSet<String>, String>>()?;
+    match (revisions.len(), recorded.len(), kernel.first()) {
+        (1, 1, Some(digest)) if kernel.len() == 1 => {
+            Ok((*revisions.first().unwrap_or(&0), digest.clone()))
+        }
+        _ => Err(format!(
+            "revisions {revisions:?}, recorded digests {recorded:?}, kernel digests {kernel:?}"
+        )),
+    }
+}
+
+/// Waits until [`agreement`] holds with a revision and digest that satisfy `want`; returns
+/// them and how long it took.
+fn wait_agreement(
+    topo: &ScaleTopology,
+    timeout: Duration,
+    what: &str,
+    want: impl Fn(u64, &str) -> bool,
+) -> (u64, String, Duration) {
+    let start = Instant::now();
+    let mut last;
+    loop {
+        match agreement(topo) {
+            Ok((rev, digest)) if want(rev, &digest) => return (rev, digest, start.elapsed()),
+            Ok((rev, digest)) => last = format!("revision {rev}, digest {digest}"),
+            Err(e) => last = e,
+        }
+        if start.elapsed() > timeout {
+            panic!(
+                "{what}: not within {timeout:?}: {last}\n{}",
+                diagnostics(topo)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `check` every 10 ms until it holds; how long that took, or a panic naming `what`.
+fn wait_until(
+    topo: &ScaleTopology,
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        if start.elapsed() > timeout {
+            panic!("{what}: not within {timeout:?}\n{}", diagnostics(topo));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The three balancers share their configuration through one etcd (issue 17 item 4,
+/// S-CL3): they agree on the revision and on `web`'s Maglev table (S-CL4); a Maintenance
+/// change made on balancer 3's API reaches balancers 1 and 2 within 1 s; etcd stopped for
+/// 10 s, every balancer keeps forwarding long-lived streams and new connections (S-AN1: no
+/// path withdrawn), serves its API and reports the store unreachable, refuses a change
+/// with 503; a change written to etcd while the nodes are still cut off is applied by all
+/// three once etcd is back, and they agree again.
+#[test]
+fn scale_etcd_shared_configuration_maintenance_and_outage() {
+    let _serial = serial();
+    let configs = [etcd_config(1), etcd_config(2), etcd_config(3)];
+    let (mut topo, _spare) = setup_with(configs, true);
+
+    // (1) One revision, one table.
+    let (first_rev, first_digest, took) = wait_agreement(
+        &topo,
+        Duration::from_secs(15),
+        "three nodes agree",
+        |_, _| true,
+    );
+    eprintln!(
+        "the three nodes agree on revision {first_rev}, web digest {first_digest} ({took:?})"
+    );
+
+    // (2) Maintenance on balancer 3 reaches balancers 1 and 2 within 1 s.
+    let made = Instant::now();
+    let answer = topo
+        .api_json(
+            3,
+            "POST",
+            "/api/v1/backends/b1/maintenance",
+            &serde_json::json!({"on": true}),
+        )
+        .unwrap_or_else(|e| panic!("Maintenance on balancer 3: {e:#}"));
+    let answered = made.elapsed();
+    let seen = wait_until(
+        &topo,
+        Duration::from_secs(5),
+        "b1 in Maintenance on 1 and 2",
+        || in_maintenance(&topo, 1, "b1") && in_maintenance(&topo, 2, "b1"),
+    );
+    eprintln!(
+        "Maintenance made on balancer 3 (answered {answer} after {answered:?}): on balancers 1 \
+         and 2 {seen:?} after the answer, {:?} after the call",
+        made.elapsed()
+    );
+    assert!(seen < Duration::from_secs(1), "took {seen:?}");
+    let (rev, digest, _) = wait_agreement(
+        &topo,
+        Duration::from_secs(10),
+        "agreement after the Maintenance",
+        |rev, _| rev > first_rev,
+    );
+    eprintln!("after the Maintenance: revision {rev}, web digest {digest} on all three");
+
+    // (3) etcd stopped for 10 s.
+    let mut streams = Streams::open(&topo, 30);
+    let held = streams.per_balancer();
+    eprintln!("30 echo streams over balancers: {held:?}");
+    assert!(
+        (1..=3).all(|i| held.get(&i).copied().unwrap_or(0) >= 2),
+        "{held:?}"
+    );
+    assert!(streams.echo_all("before").is_empty());
+    let key = format!("{ETCD_PREFIX}/config");
+    let etcd = topo.etcd.as_mut().expect("etcd");
+    etcd.stop().expect("stop etcd");
+    let down = Instant::now();
+    let noticed = wait_until(&topo, Duration::from_secs(5), "store unreachable", || {
+        (1..=3).all(|i| cluster(&topo, i)["status"]["store_reachable"] == false)
+    });
+    eprintln!("etcd stopped: all three report the store unreachable after {noticed:?}");
+    let refused = topo.api_json(
+        2,
+        "POST",
+        "/api/v1/backends/b2/maintenance",
+        &serde_json::json!({"on": true}),
+    );
+    match &refused {
+        Err(e) if format!("{e:#}").contains(" 503") => {}
+        other => panic!("a change while etcd is down must get 503: {other:?}"),
+    }
+    let (mut rounds, mut connections) = (0, 0);
+    while down.elapsed() < Duration::from_secs(10) {
+        let failed = streams.echo_all(&format!("down-{rounds}"));
+        assert!(
+            failed.is_empty(),
+            "streams reset while etcd is down: {failed:?}"
+        );
+        connections += spread(&topo, 20).iter().sum::<u64>();
+        for i in 1..=3 {
+            let view = cluster(&topo, i);
+            assert_eq!(view["status"]["store_reachable"], false, "{view}");
+        }
+        assert_eq!(topo.router_paths(VIP).expect("paths"), paths(&[1, 2, 3]));
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!(
+        "etcd down {:?}: {rounds} rounds of echoes on 30 streams, {connections} new \
+         connections, every API answered, no path withdrawn",
+        down.elapsed()
+    );
+    assert!(
+        (1..=3).all(|i| !in_maintenance(&topo, i, "b2")),
+        "the 503 change was made nowhere"
+    );
+
+    // etcd back: a change written straight into it before the nodes reconnect reaches all.
+    let etcd = topo.etcd.as_mut().expect("etcd");
+    etcd.spawn().expect("restart etcd");
+    let text = etcd
+        .ctl(&["get", &key, "--print-value-only"])
+        .expect("etcdctl get");
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    assert_eq!(text.matches("maintenance = true").count(), 1, "{text}");
+    let edited = text.replace("maintenance = true", "maintenance = false");
+    etcd.ctl(&["put", &key, &edited]).expect("etcdctl put");
+    let put = Instant::now();
+    let applied = wait_until(
+        &topo,
+        Duration::from_secs(15),
+        "b1 back on all three",
+        || (1..=3).all(|i| !in_maintenance(&topo, i, "b1")),
+    );
+    eprintln!(
+        "etcd back after {:?} down: the change put with etcdctl ran on all three {applied:?} \
+         after the put",
+        put.duration_since(down)
+    );
+    assert!(applied < Duration::from_secs(10), "took {applied:?}");
+
+    // (4) Agreement again; the streams never noticed.
+    let (rev, digest, took) = wait_agreement(
+        &topo,
+        Duration::from_secs(15),
+        "agreement at the end",
+        |r, d| r > rev && d == first_digest,
+    );
+    eprintln!("at the end: revision {rev}, web digest {digest} on all three ({took:?})");
+    for i in 1..=3 {
+        assert_eq!(cluster(&topo, i)["status"]["store_reachable"], true);
+    }
+    let failed = streams.echo_all("after");
+    assert!(
+        failed.is_empty(),
+        "streams reset after etcd came back: {failed:?}"
+    );
+    let counts = spread(&topo, 60);
+    assert_eq!(counts.iter().sum::<u64>(), 60, "{counts:?}");
 }

@@ -11,7 +11,8 @@
 //!     |  lN <-> wan0
 //!  balancer N ns (wan0 10.210.N.2/30, AS 6500N; seg0 10.210.20.1N/24; lb run + BIRD)
 //!     |  seg0 <-> pN (bridge port)
-//!  segment ns (bridge br0: pN, pr, pbM)
+//!  segment ns (bridge br0 10.210.20.250/24: pN, pr, pbM; etcd on :2379 when a test
+//!              shares the configuration through it)
 //!     |  pbM <-> eth0
 //!  backend M ns (eth0 10.210.20.10M/24, default via 10.210.20.1; VIPs on lo, ARP off)
 //! ```
@@ -28,6 +29,7 @@ use anyhow::{Context, Result, bail};
 
 use super::bird::Bird;
 use super::cmd;
+use super::etcd::NsEtcd;
 use super::lbctl::{self, Daemon};
 use super::ns::Netns;
 use super::servers::Servers;
@@ -36,6 +38,8 @@ use super::servers::Servers;
 pub const SCALE_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
 /// The routing table the balancers keep their VIP routes in.
 pub const VIP_TABLE: u32 = 100;
+/// The segment's own address on its bridge, where etcd listens when a test starts it.
+pub const SEGMENT_ETCD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 210, 20, 250);
 /// The router's AS.
 const ROUTER_AS: u32 = 65000;
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -86,6 +90,9 @@ pub struct ScaleTopology {
     pub servers: Servers,
     /// The router's BIRD.
     pub router_bird: Option<Bird>,
+    /// etcd in the segment namespace, when the balancers share their configuration
+    /// through it; stopped after the daemons.
+    pub etcd: Option<NsEtcd>,
     /// The balancers, 1..=3.
     pub balancers: Vec<Balancer>,
     /// The backends.
@@ -119,6 +126,7 @@ impl ScaleTopology {
         let mut topo = ScaleTopology {
             servers: Servers::default(),
             router_bird: None,
+            etcd: None,
             balancers: Vec::new(),
             backends: Vec::new(),
             client,
@@ -165,6 +173,13 @@ impl ScaleTopology {
         up(r, "c")?;
         c.ip(&["route", "add", "default", "via", "10.210.0.1"])?;
         s.ip(&["link", "add", "br0", "type", "bridge"])?;
+        s.ip(&[
+            "addr",
+            "add",
+            &format!("{SEGMENT_ETCD_ADDR}/24"),
+            "dev",
+            "br0",
+        ])?;
         up(s, "br0")?;
         veth(r, "seg", s, "pr")?;
         r.ip(&["addr", "add", "10.210.20.1/24", "dev", "seg"])?;
@@ -259,6 +274,15 @@ impl ScaleTopology {
         Ok(())
     }
 
+    /// Starts etcd in the segment namespace on [`SEGMENT_ETCD_ADDR`], where every balancer
+    /// reaches it through `seg0`; returns its endpoint URL.
+    pub fn start_etcd(&mut self) -> Result<String> {
+        let etcd = NsEtcd::start(&self.segment, SEGMENT_ETCD_ADDR, &self.work_dir)?;
+        let url = etcd.url();
+        self.etcd = Some(etcd);
+        Ok(url)
+    }
+
     /// Starts BIRD on balancer `i` with the configuration `lb bird-config` prints for its
     /// `lb.toml`, the capitals filled in.
     pub fn start_balancer_bird(&mut self, i: usize) -> Result<()> {
@@ -321,14 +345,29 @@ impl ScaleTopology {
     /// GET (or POST) `path` of balancer `i`'s API (127.0.0.1:9180 in its namespace).
     pub fn api(&self, i: usize, method: &str, path: &str) -> Result<serde_json::Value> {
         let ns = &self.balancer(i)?.ns;
-        let text = ns.run(|| http(method, path))??;
+        let text = ns.run(|| http(method, path, ""))??;
+        serde_json::from_str(&text).with_context(|| format!("{method} {path} answered {text}"))
+    }
+
+    /// `method path` with a JSON `body` on balancer `i`'s API; a non-2xx answer is an error
+    /// carrying its status line.
+    pub fn api_json(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        let ns = &self.balancer(i)?.ns;
+        let body = body.to_string();
+        let text = ns.run(|| http(method, path, &body))??;
         serde_json::from_str(&text).with_context(|| format!("{method} {path} answered {text}"))
     }
 
     /// The body of `method path` on balancer `i`'s API as text (e.g. `/metrics`).
     pub fn api_text(&self, i: usize, method: &str, path: &str) -> Result<String> {
         let ns = &self.balancer(i)?.ns;
-        ns.run(|| http(method, path))?
+        ns.run(|| http(method, path, ""))?
     }
 
     /// The VIP routes balancer `i` keeps in [`VIP_TABLE`] (`ip route show table 100`).
@@ -393,8 +432,9 @@ impl ScaleTopology {
     }
 }
 
-/// One plain HTTP/1.1 request to 127.0.0.1:9180 (in the calling thread's namespace).
-fn http(method: &str, path: &str) -> Result<String> {
+/// One plain HTTP/1.1 request to 127.0.0.1:9180 (in the calling thread's namespace), with
+/// `body` as JSON when not empty.
+fn http(method: &str, path: &str, body: &str) -> Result<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(
         &"127.0.0.1:9180".parse().context("address")?,
@@ -404,7 +444,14 @@ fn http(method: &str, path: &str) -> Result<String> {
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        if body.is_empty() {
+            ""
+        } else {
+            "Content-Type: application/json\r\n"
+        },
+        body.len()
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
@@ -440,6 +487,7 @@ impl Drop for ScaleTopology {
             let _ = std::fs::remove_file(lb::daemon::drained_path(&b.config));
         }
         self.router_bird = None;
+        self.etcd = None;
         let _ = std::fs::remove_dir_all(&self.work_dir);
     }
 }
