@@ -20,7 +20,8 @@ use tracing::{info, warn};
 
 pub use announce::{Announcements, VipAnnouncement, drained_path};
 pub use report::{
-    HealthReport, ReportService, ReportTransition, read_report, report_path, states_path,
+    HealthReport, ReportService, ReportTransition, read_report, read_states, report_path,
+    states_path,
 };
 
 use crate::config::{self, Config};

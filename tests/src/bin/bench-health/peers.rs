@@ -158,6 +158,9 @@ impl Configs {
     pub fn start(&self, peer: Peer, lb_bin: &Path) -> Result<Running> {
         match peer {
             Peer::Lb => {
+                // Every round warms up from Preparing: the states the previous round saved
+                // would otherwise be restored (a restart within 30 s keeps its decisions).
+                let _ = std::fs::remove_file(lb::daemon::states_path(&self.lb));
                 let guard = Guard::spawn(
                     "lb run",
                     Command::new(lb_bin)
