@@ -50,7 +50,7 @@ fn config() -> Result<String> {
          [reflection]\nnetwork_remove_delay = 0.5\nnetwork_add_delay = 0.5\n\n\
          [bgp]\nenabled = true\ntable = 100\n\n\
          [[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\nperiod = 1\ntimeout = 1\n\
-         required_failures = 1\nrequired_successes = 1\n\n",
+         required_failures = 2\nrequired_successes = 1\n\n",
     );
     for m in 1..=3 {
         cfg += &format!(
@@ -349,6 +349,46 @@ fn want(which: &[usize]) -> std::collections::BTreeSet<Ipv4Addr> {
     which.iter().map(|&i| balancer_addr(i)).collect()
 }
 
+/// Each balancer's `lb table web --digest` line.
+fn digests(topo: &ScaleTopology) -> Result<Vec<String>> {
+    (1..=3)
+        .map(|i| {
+            let pin = topo.balancer(i)?.pin_dir.display().to_string();
+            let out = topo.lb(i, &["table", "web", "--pin-dir", &pin, "--digest"])?;
+            Ok(out.trim().to_owned())
+        })
+        .collect()
+}
+
+/// Waits (at most 20 s) until every balancer has all three backends OK and the three
+/// tables agree twice in a row: a VIP is announced as soon as one backend is healthy, and
+/// a stream opened while one balancer's table still lacks a backend would be reset when
+/// it moves (the tables differ then).
+fn settle(topo: &ScaleTopology) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut agreed = 0;
+    loop {
+        interrupted()?;
+        let all_ok = (1..=3).all(|i| {
+            topo.api(i, "GET", "/api/v1/status")
+                .is_ok_and(|st| st["backend_services"]["by_health"]["OK"].as_u64() == Some(3))
+        });
+        let d = digests(topo)?;
+        agreed = if all_ok && d.windows(2).all(|w| w[0] == w[1]) {
+            agreed + 1
+        } else {
+            0
+        };
+        if agreed >= 2 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the balancers' tables did not agree within 20 s: {d:?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 fn setup() -> Result<ScaleTopology> {
     require_data_path()?;
     require_bird()?;
@@ -371,6 +411,7 @@ fn setup() -> Result<ScaleTopology> {
     topo.start_router_bird(&[VIP])?;
     println!("Waiting for the three balancers to announce {VIP} (health first, then BGP) ...");
     topo.wait_paths(VIP, &want(&[1, 2, 3]), Duration::from_secs(40))?;
+    settle(&topo)?;
     Ok(topo)
 }
 
@@ -466,10 +507,8 @@ fn run() -> Result<()> {
 
     phase("4. Summary");
     println!("  The three balancers' Maglev tables (lb table web --digest):");
-    for i in 1..=3 {
-        let pin = topo.balancer(i)?.pin_dir.display().to_string();
-        let out = topo.lb(i, &["table", "web", "--pin-dir", &pin, "--digest"])?;
-        println!("    balancer {i}: {}", out.trim());
+    for (i, d) in digests(&topo)?.iter().enumerate() {
+        println!("    balancer {}: {d}", i + 1);
     }
     let stream_failures = watch.stream_failures + failed;
     println!(
