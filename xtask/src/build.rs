@@ -207,10 +207,17 @@ pub fn bench_l7() -> Result<()> {
     run_release_bin("bench-l7")
 }
 
-/// The namespace demo.
-pub fn demo() -> Result<()> {
+/// The namespace demo; `scale`: the three-balancer one (BIRD 2 installed when missing).
+pub fn demo(scale: bool) -> Result<()> {
     all()?;
-    run(Command::new(root().join("target/debug/lb-demo"))
+    let bin = if scale {
+        // The scale-out demo's routers and balancers speak BGP through BIRD 2.
+        setup::ensure_packages(&["bird2"])?;
+        "lb-demo-scale"
+    } else {
+        "lb-demo"
+    };
+    run(Command::new(root().join("target/debug").join(bin))
         .env("LB_BIN", root().join("target/debug/lb"))
         .env("LB_XDP_OBJECT", object()))
 }

@@ -82,8 +82,14 @@ enum Cmd {
         #[arg(value_parser = ["xdp", "health", "l7", "all", "l4", "control"])]
         what: String,
     },
-    /// Set up, build, and run the namespace demo (client, balancer, three backends).
-    Demo,
+    /// Set up, build, and run the namespace demo (client, balancer, three backends);
+    /// `demo scale`: three balancers behind an ECMP router (BGP, BFD), a balancer lost,
+    /// drained and resumed, with live counters.
+    Demo {
+        /// `scale` for the three-balancer demo; nothing for the single-balancer one.
+        #[arg(value_parser = ["scale"])]
+        part: Option<String>,
+    },
     /// Build the Debian package (target/debian/lb_VERSION_ARCH.deb): `lb`, the XDP object,
     /// the systemd unit, /etc/lb/lb.toml, shell completions and man pages.
     Package,
@@ -182,7 +188,7 @@ fn run_cli(cli: Cli) -> Result<()> {
             "all" | "l4" | "control" => build::bench_suite(&what),
             other => anyhow::bail!("unknown benchmark {other}"),
         },
-        Cmd::Demo => build::demo(),
+        Cmd::Demo { part } => build::demo(part.as_deref() == Some("scale")),
         Cmd::Package => {
             let deb = package::package()?;
             println!("{}", deb.display());

@@ -83,6 +83,12 @@ pub struct ScaleBackend {
     pub addr: Ipv4Addr,
 }
 
+/// BFD timers of the harness's BIRDs (router and balancers): 1 s to detect a hung peer
+/// instead of the 300 ms of `lb bird-config`'s snippet, which a busy 2-core CI host missed
+/// (paths flapped with nothing wrong). A dead link or BIRD still goes at once (link state,
+/// closed session); only a hung peer waits for BFD.
+const BFD_TIMERS: &str = "min rx interval 200 ms; min tx interval 200 ms; multiplier 5;";
+
 /// The whole scale-out network; dropping it stops servers, daemons and BIRDs, removes
 /// pins and files, and deletes every namespace.
 pub struct ScaleTopology {
@@ -258,7 +264,7 @@ impl ScaleTopology {
             "router id 10.210.0.1;\n\
              protocol device {{ scan time 10; }}\n\
              protocol kernel kern {{\n  ipv4 {{ import none; export where source = RTS_BGP; }};\n  merge paths on;\n}}\n\
-             protocol bfd {{ interface \"l*\" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }}; }}\n\
+             protocol bfd {{ interface \"l*\" {{ {BFD_TIMERS} }}; }}\n\
              template bgp lb {{\n  local as {ROUTER_AS};\n  hold time 3; keepalive time 1; connect retry time 1; connect delay time 1;\n  error wait time 1, 5;\n  bfd on;\n  ipv4 {{ import where net ~ [ {} ]; export none; }};\n}}\n",
             filter.join(", ")
         );
@@ -294,7 +300,11 @@ impl ScaleTopology {
             .replace("LOCAL_AS", &(65000 + i).to_string())
             .replace("PEER_ADDRESS", &format!("10.210.{i}.1"))
             .replace("PEER_AS", &ROUTER_AS.to_string())
-            .replace("UPLINK", "wan0");
+            .replace("UPLINK", "wan0")
+            .replace(
+                "min rx interval 100 ms; min tx interval 100 ms; multiplier 3;",
+                BFD_TIMERS,
+            );
         let bird = Bird::start(&b.ns, &b.dir, "bird", &filled)?;
         self.balancers[i - 1].bird = Some(bird);
         Ok(())
