@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::bird::Bird;
-use super::cmd;
 use super::etcd::NsEtcd;
 use super::lbctl::{self, Daemon};
 use super::ns::Netns;
 use super::servers::Servers;
+use super::topology::{offload, remove_stale_of};
 
 /// The client's address.
 pub const SCALE_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
@@ -528,39 +528,8 @@ fn port(segment: &Netns, dev: &str) -> Result<()> {
         .map(drop)
 }
 
-fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
-    ns.exec("ethtool", &["-K", dev, "tx", "off"])?;
-    if gro {
-        ns.exec("ethtool", &["-K", dev, "gro", "on"])?;
-    }
-    Ok(())
-}
-
-/// Deletes scale-out namespaces and pin directories left by test processes that no longer
-/// exist (a run killed with SIGKILL); only this harness's prefixes with a dead pid.
+/// Deletes scale-out namespaces, pin directories and work directories left by test
+/// processes that no longer exist (a run killed with SIGKILL).
 fn remove_stale() {
-    let dead =
-        |pid: &str| pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists();
-    if let Ok(entries) = std::fs::read_dir("/var/run/netns") {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some((pid, _)) = name.strip_prefix("lbs").and_then(|r| r.split_once('-'))
-                && dead(pid)
-            {
-                cmd::quiet("ip", &["netns", "del", &name]);
-            }
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some((pid, _)) = name
-                .strip_prefix("lbtest-scale-")
-                .and_then(|r| r.split_once('-'))
-                && dead(pid)
-            {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-    }
+    remove_stale_of("lbs", "lbtest-scale-");
 }

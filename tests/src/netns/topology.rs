@@ -580,7 +580,9 @@ fn up(ns: &Netns, dev: &str) -> Result<()> {
     ns.ip(&["link", "set", dev, "up"]).map(drop)
 }
 
-fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
+/// Turns TX offload off on `dev` and, with `gro`, GRO on: the settings every veth of the
+/// harnesses gets (the single-balancer topology and the scale-out one).
+pub(super) fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
     ns.exec("ethtool", &["-K", dev, "tx", "off"])?;
     if gro {
         ns.exec("ethtool", &["-K", dev, "gro", "on"])?;
@@ -592,12 +594,18 @@ fn offload(ns: &Netns, dev: &str, gro: bool) -> Result<()> {
 /// that no longer exist (e.g. a test run killed with SIGKILL). Only names with this
 /// harness's prefixes and the pid of a dead process are touched.
 fn remove_stale() {
+    remove_stale_of(NS_PREFIX, DIR_PREFIX);
+}
+
+/// Deletes the namespaces named `<ns_prefix><pid>-...` and the directories (bpffs pins, work
+/// directories) named `<dir_prefix><pid>-...` whose pid is no longer a live process.
+pub(super) fn remove_stale_of(ns_prefix: &str, dir_prefix: &str) {
     let dead =
         |pid: &str| pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists();
     if let Ok(entries) = std::fs::read_dir("/var/run/netns") {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(rest) = name.strip_prefix(NS_PREFIX)
+            if let Some(rest) = name.strip_prefix(ns_prefix)
                 && let Some((pid, _)) = rest.split_once('-')
                 && dead(pid)
             {
@@ -611,7 +619,7 @@ fn remove_stale() {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(rest) = name.strip_prefix(DIR_PREFIX)
+            if let Some(rest) = name.strip_prefix(dir_prefix)
                 && let Some((pid, _)) = rest.split_once('-')
                 && dead(pid)
             {
