@@ -30,10 +30,15 @@ pub mod names {
     pub const VIP_STATS: &str = "VIP_STATS";
     /// Per-CPU counters per backend slot.
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
-    /// Next-hop cache: [`AddrKey`](crate::AddrKey) -> [`NextHop`](crate::NextHop).
+    /// Per-CPU next-hop cache: index (hash of the address) -> [`NextHop`](crate::NextHop).
     pub const NEXTHOPS: &str = "NEXTHOPS";
+    /// Generation of the next-hop cache (one `u32`): entries of another generation are stale.
+    pub const NEXTHOP_GEN: &str = "NEXTHOP_GEN";
     /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
     pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+    /// Address filter: bits of the addresses that may be VIPs or NAT backends (see
+    /// [`filter_bit`](crate::filter_bit)).
+    pub const ADDR_FILTER: &str = "ADDR_FILTER";
     /// Programs reached by tail call: index -> program (`PROG_*`).
     pub const PROGS: &str = "PROGS";
     /// Name of the XDP program in the object.
@@ -58,11 +63,16 @@ pub const MAX_MAGLEV_SIZE: u32 = 1 << 20;
 pub const MAX_RANGE_PREFIXES: u32 = 16_384;
 /// Number of distinct VIP addresses with Port Range or ANY-L3 entries.
 pub const MAX_ADDRS: u32 = 65_536;
-/// Entries of the next-hop cache.
+/// Entries of the next-hop cache (per CPU; a power of two).
 pub const MAX_NEXTHOPS: u32 = 65_536;
-/// How long a cached next hop is used before the FIB is asked again (1 s): neighbour and
-/// route changes reach the data path within this time.
-pub const NEXTHOP_TTL_NS: u64 = 1_000_000_000;
+/// How long a cached next hop is used before the FIB is asked again, in kernel jiffies
+/// (read for the price of a memory load, where a clock read costs more): 1 s at HZ=250
+/// (Debian's kernels), 0.25 s at HZ=1000. Neighbour and route changes reach the data path
+/// within this time; a configuration change forgets every entry at once.
+pub const NEXTHOP_TTL_JIFFIES: u64 = 250;
+/// First `NEXTHOPS` entry of the half used for NAT replies (towards clients); the first
+/// half holds backends, so a stream of client addresses never evicts them.
+pub const NEXTHOP_REPLY_BASE: u32 = MAX_NEXTHOPS / 2;
 /// `PROGS` index of the program for "too big" errors about VIP flows.
 pub const PROG_ICMP_ERROR: u32 = 0;
 /// Entries of `PROGS`.
@@ -75,6 +85,24 @@ pub const BPF_F_MMAPABLE: u32 = 0x400;
 /// Flags of every Maglev table: any size, memory-mapped. Inner maps must carry the
 /// template's flags exactly, so both sides take them from here.
 pub const MAGLEV_TABLE_FLAGS: u32 = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
+
+/// 64-bit words of `ADDR_FILTER`: the first half holds a bit for every VIP address, the
+/// second half a bit for every backend address of a NAT VIP. A packet whose destination bit
+/// and source bit are both clear is for no VIP and is no NAT reply: it goes to the kernel
+/// after one array read instead of three hash lookups. A set bit may be another address
+/// with the same bit (about 1 in 100 at 1,000 addresses); the hash lookups decide then.
+pub const FILTER_WORDS: u32 = 4096;
+/// First word of the NAT backend half of `ADDR_FILTER`.
+pub const FILTER_NAT_BASE: u32 = FILTER_WORDS / 2;
+
+/// The bit of `addr` in either half of `ADDR_FILTER` (0..2^17): one multiplicative hash of
+/// the address folded to a word, computed the same way by the program and by userspace.
+#[inline(always)]
+pub fn filter_bit(addr: &[u32; 4]) -> u32 {
+    let folded =
+        addr[0] ^ addr[1].rotate_left(8) ^ addr[2].rotate_left(16) ^ addr[3].rotate_left(24);
+    folded.wrapping_mul(0x9e37_79b1) >> 15
+}
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -258,10 +286,14 @@ pub struct NatReverse {
     pub slot: u32,
 }
 
-/// A cached FIB result: where to send frames for one destination address.
+/// A cached FIB result: where to send frames for one destination address. Kept per CPU in
+/// a direct-mapped, two-way cache indexed by the address's hash (no hash-map lookup, no
+/// locks); the entry names its address, so a collision only costs a FIB lookup.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NextHop {
+    /// The destination this entry is for, network byte order.
+    pub addr: [u32; 4],
     /// Egress interface.
     pub ifindex: u32,
     /// Source MAC (the egress interface's).
@@ -271,9 +303,16 @@ pub struct NextHop {
     /// Largest IP packet the FIB accepted for this hop (its MTU is at least this): a
     /// bigger packet asks the FIB again, which checks it against the MTU.
     pub max_len: u16,
+    /// `FAMILY_V4` or `FAMILY_V6` (0: empty entry).
+    pub family: u8,
     /// Reserved, zero.
-    pub pad: [u8; 6],
-    /// `bpf_ktime_get_ns()` after which the entry is looked up again.
+    pub pad: u8,
+    /// `NEXTHOP_GEN[0]` when the entry was written: userspace bumps it to forget every
+    /// entry at once (after a configuration change).
+    pub generation: u32,
+    /// Reserved, zero.
+    pub pad2: u32,
+    /// Kernel jiffies after which the FIB is asked again.
     pub expires: u64,
 }
 
@@ -342,6 +381,6 @@ mod tests {
         assert_eq!(size_of::<FlowValue>(), 8);
         assert_eq!(size_of::<NatReverse>(), 28);
         assert_eq!(size_of::<Counters>(), 56);
-        assert_eq!(size_of::<NextHop>(), 32);
+        assert_eq!(size_of::<NextHop>(), 48);
     }
 }

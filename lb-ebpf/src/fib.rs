@@ -1,4 +1,4 @@
-//! Next hop from the kernel's FIB (cached briefly per destination) and the final MAC
+//! Next hop from the kernel's FIB (cached briefly per destination and CPU) and the final MAC
 //! rewrite + forwarding verdict.
 
 use core::mem;
@@ -6,13 +6,15 @@ use core::mem;
 use aya_ebpf::{
     EbpfContext,
     bindings::{bpf_fib_lookup as FibParams, xdp_action},
-    helpers::generated::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
+    helpers::generated::{bpf_fib_lookup, bpf_jiffies64, bpf_redirect},
     programs::XdpContext,
 };
-use lb_common::{AddrKey, GLOBAL_FIB_LOOKUP, NEXTHOP_TTL_NS, NextHop};
+use lb_common::{
+    GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit,
+};
 
 use crate::ip::IpHeader;
-use crate::maps::NEXTHOPS;
+use crate::maps::{NEXTHOP_GEN, NEXTHOPS};
 use crate::parse::Packet;
 
 const BPF_FIB_LKUP_RET_SUCCESS: i64 = 0;
@@ -27,27 +29,50 @@ pub enum Miss {
     Kernel,
 }
 
-/// The next hop towards `dst`: from the cache while fresh and the packet no bigger than
-/// one the FIB accepted, else from the FIB as if the packet arrived on the ingress
-/// interface (which checks the packet against the route's MTU). Failures are never cached.
+/// Which half of the cache a destination uses: backends and clients apart, so that many
+/// client addresses never push the few backends out.
+#[derive(Clone, Copy)]
+pub enum Towards {
+    Backend,
+    Client,
+}
+
+/// The next hop towards `dst`: from this CPU's cache while fresh (same generation, not
+/// expired) and the packet no bigger than one the FIB accepted, else from the FIB as if the
+/// packet arrived on the ingress interface (which checks the packet against the route's
+/// MTU). The cache is two-way: `dst` may sit in either entry of its pair. Failures are
+/// never cached.
 #[inline(always)]
 pub fn lookup<H: IpHeader>(
     ctx: &XdpContext,
     pkt: &Packet<H>,
     src: &[u32; 4],
     dst: &[u32; 4],
+    towards: Towards,
 ) -> Result<NextHop, Miss> {
-    let key = AddrKey {
-        addr: *dst,
-        family: H::FAMILY,
-        pad: [0; 3],
+    let base = match towards {
+        Towards::Backend => 0,
+        Towards::Client => NEXTHOP_REPLY_BASE,
     };
-    let now = unsafe { bpf_ktime_get_ns() };
+    let pair = base + (filter_bit(dst) & (NEXTHOP_REPLY_BASE - 2));
+    let now = unsafe { bpf_jiffies64() };
+    let generation = NEXTHOP_GEN.get(0).copied().unwrap_or(0);
     let len = unsafe { H::tot_len(pkt.ip) };
-    if let Some(hop) = unsafe { NEXTHOPS.get(&key) } {
-        if hop.expires > now && len <= hop.max_len {
-            return Ok(*hop);
+    // The entry to replace on a miss: the one already for `dst`, else one that is stale.
+    let mut victim = pair + 1;
+    let mut way = 0;
+    while way < 2 {
+        if let Some(hop) = NEXTHOPS.get(pair + way) {
+            let mine = hop.addr == *dst && hop.family == H::FAMILY;
+            let fresh = hop.generation == generation && hop.expires > now;
+            if mine && fresh && len <= hop.max_len {
+                return Ok(*hop);
+            }
+            if mine || !fresh {
+                victim = pair + way;
+            }
         }
+        way += 1;
     }
     crate::stats::global(GLOBAL_FIB_LOOKUP);
     let mut params: FibParams = unsafe { mem::zeroed() };
@@ -73,14 +98,21 @@ pub fn lookup<H: IpHeader>(
         return Err(Miss::Kernel);
     }
     let hop = NextHop {
+        addr: *dst,
         ifindex: params.ifindex,
         smac: params.smac,
         dmac: params.dmac,
         max_len: len,
-        pad: [0; 6],
-        expires: now + NEXTHOP_TTL_NS,
+        family: H::FAMILY,
+        pad: 0,
+        generation,
+        pad2: 0,
+        expires: now + NEXTHOP_TTL_JIFFIES,
     };
-    let _ = NEXTHOPS.insert(&key, &hop, 0);
+    if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
+        // Per-CPU: no other CPU reads or writes this copy.
+        unsafe { *slot = hop };
+    }
     Ok(hop)
 }
 

@@ -226,7 +226,8 @@ fn deliver<H: IpHeader>(
         crate::stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
-    match fib::lookup(ctx, pkt, src, dst) {
+    // Rare (one per path MTU change): the client half serves both directions.
+    match fib::lookup(ctx, pkt, src, dst, fib::Towards::Client) {
         Ok(hop) => {
             if routed {
                 unsafe { H::decrement_hop_limit(pkt.ip) };

@@ -9,6 +9,7 @@
 
 mod csum;
 mod fib;
+mod filter;
 mod flow;
 mod headers;
 mod icmp;
@@ -24,7 +25,7 @@ mod vip;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::*;
 
-use crate::fib::Miss;
+use crate::fib::{Miss, Towards};
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
 use crate::maps::{NAT_REV, PROGS};
@@ -75,10 +76,16 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         // Returns only when the program is not there: then the error goes on as any packet.
         unsafe { PROGS.tail_call(ctx, PROG_ICMP_ERROR) };
     }
-    if let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) {
-        return to_backend(ctx, pkt, &meta);
+    if filter::may_be_vip(&pkt.daddr) {
+        if let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) {
+            return to_backend(ctx, pkt, &meta);
+        }
     }
-    nat_reply(ctx, pkt)
+    if filter::may_be_nat_backend(&pkt.saddr) {
+        return nat_reply(ctx, pkt);
+    }
+    stats::global(GLOBAL_NO_VIP);
+    xdp_action::XDP_PASS
 }
 
 /// Client -> VIP: choose a backend and forward.
@@ -111,7 +118,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
     stats::forwarded(meta.vip_id, choice.slot, &ev);
     let backend_addr = choice.backend.addr;
     // The next hop first: a packet too big for the path is answered before it is changed.
-    let hop = fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr);
+    let hop = fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr, Towards::Backend);
     if let Err(Miss::TooBig(mtu)) = hop {
         stats::global(GLOBAL_TOO_BIG);
         if let Some(verdict) = icmp::too_big(ctx, pkt, mtu) {
@@ -191,7 +198,7 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     } else {
         0
     };
-    let hop = fib::lookup(ctx, pkt, &rev.vip_addr, &pkt.daddr);
+    let hop = fib::lookup(ctx, pkt, &rev.vip_addr, &pkt.daddr, Towards::Client);
     if let Err(Miss::TooBig(_)) = hop {
         // Untranslated, so that the kernel's "too big" reaches the backend that sent it.
         stats::global(GLOBAL_TOO_BIG);

@@ -6,7 +6,8 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FlowKey,
+    AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
+    FlowKey,
     FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES,
     MAX_VIPS, NatReverse, NextHop, RangeData, VipKey, VipMeta,
 };
@@ -20,7 +21,12 @@ const PER_CPU_LRU: usize = 2;
 /// `BPF_F_NO_PREALLOC`, required by LPM tries.
 const NO_PREALLOC: usize = 1;
 
-/// Role bits of every VIP address and NAT backend address: one lookup rejects non-VIP traffic.
+/// One bit per VIP address and per NAT backend address (`lb_common::filter_bit`): traffic
+/// that is neither is passed after this one read.
+#[btf_map]
+pub static ADDR_FILTER: Array<u64, { FILTER_WORDS as usize }> = Array::new();
+
+/// Role bits of the VIP addresses that have Port Range or ANY-L3 entries.
 #[btf_map]
 pub static ADDRS: HashMap<AddrKey, u32, { MAX_ADDRS as usize }> = HashMap::new();
 
@@ -62,9 +68,13 @@ pub static NAT_REV: LruHashMap<
     PER_CPU_LRU,
 > = LruHashMap::new();
 
-/// Next hops from the FIB, reused for `NEXTHOP_TTL_NS`.
+/// Next hops from the FIB, per CPU, reused for `NEXTHOP_TTL_JIFFIES` (see `fib`).
 #[btf_map]
-pub static NEXTHOPS: LruHashMap<AddrKey, NextHop, { MAX_NEXTHOPS as usize }> = LruHashMap::new();
+pub static NEXTHOPS: PerCpuArray<NextHop, { MAX_NEXTHOPS as usize }> = PerCpuArray::new();
+
+/// Generation of the next-hop cache, bumped by userspace to forget every entry.
+#[btf_map]
+pub static NEXTHOP_GEN: Array<u32, 1> = Array::new();
 
 /// Counters per VIP id.
 #[btf_map]

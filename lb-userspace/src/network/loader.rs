@@ -21,7 +21,7 @@ use super::maps::Maps;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 12] = [
+const MAP_NAMES: [&str; 14] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -34,6 +34,8 @@ const MAP_NAMES: [&str; 12] = [
     names::BACKEND_STATS,
     names::GLOBAL_STATS,
     names::PROGS,
+    names::ADDR_FILTER,
+    names::NEXTHOP_GEN,
 ];
 
 /// How to load the data path.
@@ -133,7 +135,13 @@ impl DataPath {
         if let Some(dir) = &opts.pin_dir {
             ensure_bpffs(dir)?;
             if prog_pin(dir).exists() {
-                return Self::adopt(dir);
+                return Self::adopt(dir).with_context(|| {
+                    format!(
+                        "adopting the data path pinned in {} (pinned by another version of lb \
+                         when its maps differ: `lb unload` it, then load again)",
+                        dir.display()
+                    )
+                });
             }
         }
         if let Some(dir) = &opts.pin_dir {

@@ -28,12 +28,18 @@ pub(crate) struct Maps {
     pub conns: HashMap<MapData, FlowKey, FlowValue>,
     #[allow(dead_code)]
     pub nat_rev: HashMap<MapData, FlowKey, NatReverse>,
-    pub nexthops: HashMap<MapData, AddrKey, NextHop>,
+    /// Kept open for status and adoption; written by the program only.
+    #[allow(dead_code)]
+    pub nexthops: PerCpuArray<MapData, NextHop>,
+    /// Generation of the next-hop cache: bumped to forget every entry.
+    pub nexthop_gen: Array<MapData, u32>,
     pub vip_stats: PerCpuArray<MapData, Counters>,
     pub backend_stats: PerCpuArray<MapData, Counters>,
     pub global_stats: PerCpuArray<MapData, u64>,
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
+    /// The address filter (`network::filter`).
+    pub filter: Array<MapData, u64>,
 }
 
 /// A second descriptor of an array-type map, for the batched writes.
@@ -83,16 +89,19 @@ impl Maps {
             backend_stats: backend_stats.try_into().context("BACKEND_STATS")?,
             global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
             progs: next("PROGS")?.try_into().context("PROGS")?,
+            filter: next("ADDR_FILTER")?.try_into().context("ADDR_FILTER")?,
+            nexthop_gen: next("NEXTHOP_GEN")?.try_into().context("NEXTHOP_GEN")?,
         })
     }
 
     /// Forgets every cached next hop, so routes and neighbours are looked up afresh after a
-    /// configuration change (new backends often mean new neighbours).
-    pub fn flush_nexthops(&mut self) {
-        let keys: Vec<AddrKey> = self.nexthops.keys().filter_map(|k| k.ok()).collect();
-        for k in keys {
-            let _ = self.nexthops.remove(&k);
-        }
+    /// configuration change (new backends often mean new neighbours): one write, which
+    /// makes every CPU's entries stale at once.
+    pub fn flush_nexthops(&mut self) -> Result<()> {
+        let generation = self.nexthop_gen.get(&0, 0).unwrap_or(0);
+        self.nexthop_gen
+            .set(0, generation.wrapping_add(1), 0)
+            .context("writing NEXTHOP_GEN")
     }
 
     /// Sums one entry of a per-CPU counter array.

@@ -1,6 +1,7 @@
 //! Network vServices: Maglev tables, the XDP loader and the map writer.
 
 mod batch;
+mod filter;
 mod loader;
 pub mod maglev;
 mod maps;

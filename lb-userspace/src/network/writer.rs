@@ -18,6 +18,7 @@ use lb_common::{
 };
 
 use super::batch;
+use super::filter::Filter;
 use super::loader::DataPath;
 use super::maglev::{self, MaglevBackend};
 use super::maps::Maps;
@@ -28,7 +29,7 @@ use crate::selection::Health;
 
 /// An address in the maps' 16-byte form (network byte order; IPv4 in word 0) and its
 /// family marker.
-fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
+pub(crate) fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
     match a {
         IpAddr::V4(a) => ([u32::from_ne_bytes(a.octets()), 0, 0, 0], FAMILY_V4),
         IpAddr::V6(a) => {
@@ -162,6 +163,11 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             tables.push((state.vip_id, inner));
         }
     }
+    // The filter grows before anything that needs a new bit is written.
+    let old_filter = Filter::of(old);
+    let new_filter = Filter::of(&new);
+    let grown = old_filter.union(&new_filter);
+    grown.write(&mut dp.maps, trust_old.then_some(&old_filter))?;
     let maps = &mut dp.maps;
     batch::reset_counters(
         &mut maps.backend_stats,
@@ -175,7 +181,8 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     write_vip_entries(&mut dp.maps, &new)?;
     remove_stale(&mut dp.maps, old, &new, &used_slots)?;
     write_addrs(&mut dp.maps, old, &new)?;
-    dp.maps.flush_nexthops();
+    new_filter.write(&mut dp.maps, Some(&grown))?;
+    dp.maps.flush_nexthops()?;
     if let Some(dir) = dp.pin_dir() {
         new.write(dir)?;
     }
