@@ -24,8 +24,12 @@ pub mod names {
     pub const MAGLEV: &str = "MAGLEV";
     /// LRU connection table: [`FlowKey`](crate::FlowKey) -> [`FlowValue`](crate::FlowValue).
     pub const CONNS: &str = "CONNS";
-    /// LRU reverse NAT table: reply-direction [`FlowKey`](crate::FlowKey) -> [`NatReverse`](crate::NatReverse).
+    /// LRU reverse NAT table: reply-direction [`FlowKey`](crate::FlowKey) -> [`NatReverse`](crate::NatReverse),
+    /// written only for the VIPs flagged [`VIP_F_REVERSE_ENTRY`](crate::VIP_F_REVERSE_ENTRY).
     pub const NAT_REV: &str = "NAT_REV";
+    /// NAT backends: [`AddrKey`](crate::AddrKey) of a backend's address ->
+    /// [`NatTargets`](crate::NatTargets), the VIPs whose replies it sends.
+    pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     /// Per-CPU counters per VIP id.
     pub const VIP_STATS: &str = "VIP_STATS";
     /// Per-CPU counters per backend slot.
@@ -45,6 +49,8 @@ pub mod names {
     pub const PROGRAM: &str = "lb_xdp";
     /// The program for "too big" errors about VIP flows, at `PROG_ICMP_ERROR` of `PROGS`.
     pub const ICMP_PROGRAM: &str = "lb_xdp_icmp";
+    /// The program for packets that may be NAT replies, at `PROG_NAT_REPLY` of `PROGS`.
+    pub const NAT_PROGRAM: &str = "lb_xdp_nat";
 }
 
 /// Highest number of VIPs (size of the VIP-indexed arrays).
@@ -75,8 +81,10 @@ pub const NEXTHOP_TTL_JIFFIES: u64 = 250;
 pub const NEXTHOP_REPLY_BASE: u32 = MAX_NEXTHOPS / 2;
 /// `PROGS` index of the program for "too big" errors about VIP flows.
 pub const PROG_ICMP_ERROR: u32 = 0;
+/// `PROGS` index of the program for packets that may be NAT replies.
+pub const PROG_NAT_REPLY: u32 = 1;
 /// Entries of `PROGS`.
-pub const PROG_COUNT: u32 = 1;
+pub const PROG_COUNT: u32 = 2;
 /// Flag for map-in-map inner arrays whose size may differ from the template.
 pub const BPF_F_INNER_MAP: u32 = 0x1000;
 /// Flag for arrays userspace may `mmap`: a new Maglev table is written with one copy into
@@ -116,6 +124,16 @@ pub const ADDR_VIP_ANY: u32 = 1 << 2;
 
 /// `VipMeta.flags`: direct server return (rewrite MACs only) instead of NAT.
 pub const VIP_F_DSR: u32 = 1;
+
+/// `VipMeta.flags`: a NAT VIP whose replies do not tell its port (a Port Range forwarded to
+/// one backend port, or a backend address shared by more than [`MAX_NAT_TARGETS`] VIPs):
+/// each new flow also writes a `NAT_REV` entry. Other NAT VIPs find a reply's flow from
+/// `NAT_BACKENDS` and the connection table, so a new flow costs one table insert.
+pub const VIP_F_REVERSE_ENTRY: u32 = 2;
+
+/// Most VIPs one `NAT_BACKENDS` entry names (a backend address shared by several NAT VIPs);
+/// a VIP beyond them uses reverse entries.
+pub const MAX_NAT_TARGETS: usize = 4;
 
 /// `BackendSlot.flags`: the slot is in use and its backend may keep flows.
 /// A slot without it (backend failed or removed) makes its flows re-hash.
@@ -286,6 +304,38 @@ pub struct NatReverse {
     pub slot: u32,
 }
 
+/// One VIP a NAT backend's replies may belong to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatTarget {
+    /// VIP address, network byte order.
+    pub vip_addr: [u32; 4],
+    /// VIP port, network byte order; 0: the reply's source port (a Port Range or ANY-L3
+    /// VIP whose backends keep the client's destination port).
+    pub vip_port: u16,
+    /// The backend port replies of this VIP come from, network byte order; 0: any.
+    pub backend_port: u16,
+    /// VIP id (the connection table's flows carry it).
+    pub vip_id: u32,
+    /// IP protocol of the VIP (`PROTO_ANY` for ANY-L3).
+    pub proto: u8,
+    /// Reserved, zero.
+    pub pad: [u8; 3],
+}
+
+/// Value of `NAT_BACKENDS`: the VIPs whose flows a backend address serves. A reply's flow is the connection-table entry (client -> one of these VIPs)
+/// pinned to this backend.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatTargets {
+    /// Entries of `targets` in use.
+    pub len: u32,
+    /// Reserved, zero.
+    pub pad: u32,
+    /// The VIPs, `len` of them.
+    pub targets: [NatTarget; MAX_NAT_TARGETS],
+}
+
 /// A cached FIB result: where to send frames for one destination address. Kept per CPU in
 /// a direct-mapped, two-way cache indexed by the address's hash (no hash-map lookup, no
 /// locks); the entry names its address, so a collision only costs a FIB lookup.
@@ -363,6 +413,7 @@ mod pod {
     unsafe impl aya::Pod for super::NatReverse {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::NextHop {}
+    unsafe impl aya::Pod for super::NatTargets {}
 }
 
 #[cfg(test)]
@@ -382,5 +433,7 @@ mod tests {
         assert_eq!(size_of::<NatReverse>(), 28);
         assert_eq!(size_of::<Counters>(), 56);
         assert_eq!(size_of::<NextHop>(), 48);
+        assert_eq!(size_of::<NatTarget>(), 28);
+        assert_eq!(size_of::<NatTargets>(), 120);
     }
 }

@@ -9,9 +9,7 @@ use aya_ebpf::{
     helpers::generated::{bpf_fib_lookup, bpf_jiffies64, bpf_redirect},
     programs::XdpContext,
 };
-use lb_common::{
-    GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit,
-};
+use lb_common::{GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit};
 
 use crate::ip::IpHeader;
 use crate::maps::{NEXTHOP_GEN, NEXTHOPS};

@@ -24,7 +24,7 @@ use crate::csum;
 use crate::fib;
 use crate::headers::*;
 use crate::ip::{IpHeader, Side, replace_addr};
-use crate::maps::{BACKENDS, CONNS, NAT_REV};
+use crate::maps::{BACKENDS, CONNS};
 use crate::parse::{Packet, ptr_at};
 
 /// The quoted packet's addresses and ports, and where its fields are in the frame.
@@ -99,8 +99,8 @@ fn quote<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<Quote> {
 pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u32> {
     let q = quote(ctx, pkt)?;
     // Either way the quote, turned around, is the key: client -> VIP for a quote VIP ->
-    // client (the connection table), backend -> client for a quote client -> backend (the
-    // reverse NAT table).
+    // client (the connection table), backend -> client for a quote client -> backend (a
+    // NAT flow found as its replies are).
     let key = FlowKey {
         src: q.daddr,
         dst: q.saddr,
@@ -123,7 +123,10 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
         to_backend(ctx, pkt, &q, &backend);
         return Some(deliver(ctx, pkt, &pkt.saddr, &backend.addr, true));
     }
-    let rev = *unsafe { NAT_REV.get(&key) }?;
+    let mut rev = NatReverse::default();
+    if !crate::nat::reverse(&key, &mut rev) {
+        return None;
+    }
     crate::stats::global(GLOBAL_ICMP_TOO_BIG);
     to_client(ctx, pkt, &q, &rev);
     Some(deliver(ctx, pkt, &pkt.saddr, &pkt.daddr, true))

@@ -16,6 +16,7 @@ mod icmp;
 mod icmp_error;
 mod ip;
 mod maps;
+mod nat;
 mod parse;
 mod parse6;
 mod rewrite;
@@ -69,6 +70,21 @@ pub fn lb_xdp_icmp(ctx: XdpContext) -> u32 {
     })
 }
 
+/// Packets from a NAT backend's address (reached from [`lb_xdp`] by a tail call, so that the
+/// verifier checks the reply path apart: inlined, the two exceed its budget): a reply put
+/// back to its client, or passed to the kernel.
+#[xdp]
+pub fn lb_xdp_nat(ctx: XdpContext) -> u32 {
+    match parse::parse(&ctx) {
+        Ok(Parsed::V4(pkt)) => nat_reply(&ctx, &pkt),
+        Ok(Parsed::V6(pkt)) => nat_reply(&ctx, &pkt),
+        Err(_) => {
+            stats::global(GLOBAL_NO_VIP);
+            xdp_action::XDP_PASS
+        }
+    }
+}
+
 /// One parsed packet of either family: to a VIP, a NAT reply, or the kernel's.
 #[inline(always)]
 fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
@@ -82,7 +98,8 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         }
     }
     if filter::may_be_nat_backend(&pkt.saddr) {
-        return nat_reply(ctx, pkt);
+        // Returns only when the program is not there.
+        unsafe { PROGS.tail_call(ctx, PROG_NAT_REPLY) };
     }
     stats::global(GLOBAL_NO_VIP);
     xdp_action::XDP_PASS
@@ -134,7 +151,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
             }
         };
     }
-    if choice.new_flow {
+    if choice.new_flow && meta.flags & VIP_F_REVERSE_ENTRY != 0 {
         let port = if choice.backend.port == 0 {
             pkt.dport
         } else {
@@ -170,11 +187,11 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
     finish(ctx, pkt, hop)
 }
 
-/// Backend -> client in NAT mode: put the VIP back as the source. Anything without a
-/// reverse entry is not ours and goes to the kernel untouched.
+/// Backend -> client in NAT mode: put the VIP back as the source. A packet that is no
+/// NAT flow of ours goes to the kernel untouched.
 #[inline(always)]
 fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
-    let key = FlowKey {
+    let reply = FlowKey {
         src: pkt.saddr,
         dst: pkt.daddr,
         sport: pkt.sport,
@@ -183,10 +200,11 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         family: H::FAMILY,
         pad: 0,
     };
-    let Some(rev) = (unsafe { NAT_REV.get(&key) }).copied() else {
+    let mut rev = NatReverse::default();
+    if !nat::reverse(&reply, &mut rev) {
         stats::global(GLOBAL_NO_VIP);
         return xdp_action::XDP_PASS;
-    };
+    }
     if unsafe { H::hop_limit(pkt.ip) } <= 1 {
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;

@@ -7,9 +7,8 @@ use aya_ebpf::{
 };
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
-    FlowKey,
-    FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES,
-    MAX_VIPS, NatReverse, NextHop, RangeData, VipKey, VipMeta,
+    FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_NEXTHOPS,
+    MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData, VipKey, VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -59,7 +58,12 @@ pub static CONNS: LruHashMap<
     PER_CPU_LRU,
 > = LruHashMap::new();
 
-/// Reverse NAT entries (backend -> client direction).
+/// The VIPs each NAT backend address serves, for reversing replies.
+#[btf_map]
+pub static NAT_BACKENDS: HashMap<AddrKey, NatTargets, { MAX_BACKEND_SLOTS as usize }> =
+    HashMap::new();
+
+/// Reverse NAT entries (backend -> client direction), for `VIP_F_REVERSE_ENTRY` VIPs only.
 #[btf_map]
 pub static NAT_REV: LruHashMap<
     FlowKey,

@@ -78,6 +78,7 @@ mod tests {
             table_size: 0,
             table_hash: 0,
             table_digest: 0,
+            reverse_entries: false,
             backends: backends
                 .iter()
                 .map(|b| SlotState {

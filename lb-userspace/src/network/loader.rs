@@ -21,7 +21,7 @@ use super::maps::Maps;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 14] = [
+const MAP_NAMES: [&str; 15] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -36,6 +36,7 @@ const MAP_NAMES: [&str; 14] = [
     names::PROGS,
     names::ADDR_FILTER,
     names::NEXTHOP_GEN,
+    names::NAT_BACKENDS,
 ];
 
 /// How to load the data path.
@@ -176,15 +177,25 @@ impl DataPath {
         }
         let mut maps = Maps::new(maps)?;
         // The tail-called programs live as long as the (pinned) PROGS map holds them.
-        let icmp: &mut Xdp = ebpf
-            .program_mut(names::ICMP_PROGRAM)
-            .ok_or_else(|| anyhow!("the XDP object has no program {}", names::ICMP_PROGRAM))?
-            .try_into()?;
-        icmp.load()
-            .context("verifying the XDP program for ICMP errors")?;
-        maps.progs
-            .set(lb_common::PROG_ICMP_ERROR, icmp.fd()?, 0)
-            .context("writing PROGS")?;
+        let tail_calls = [
+            (
+                names::ICMP_PROGRAM,
+                lb_common::PROG_ICMP_ERROR,
+                "ICMP errors",
+            ),
+            (names::NAT_PROGRAM, lb_common::PROG_NAT_REPLY, "NAT replies"),
+        ];
+        for (name, index, what) in tail_calls {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("the XDP object has no program {name}"))?
+                .try_into()?;
+            prog.load()
+                .with_context(|| format!("verifying the XDP program for {what}"))?;
+            maps.progs
+                .set(index, prog.fd()?, 0)
+                .context("writing PROGS")?;
+        }
         Ok(DataPath {
             program: Program::Owned(Box::new(ebpf)),
             maps,

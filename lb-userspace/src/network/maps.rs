@@ -7,8 +7,8 @@ use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, NextHop, RangeData, VipKey,
-    VipMeta,
+    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, NatTargets, NextHop, RangeData,
+    VipKey, VipMeta,
 };
 
 /// One handle per map.
@@ -38,6 +38,8 @@ pub(crate) struct Maps {
     pub global_stats: PerCpuArray<MapData, u64>,
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
+    /// The VIPs of each NAT backend (`network::nat`).
+    pub nat_backends: HashMap<MapData, AddrKey, NatTargets>,
     /// The address filter (`network::filter`).
     pub filter: Array<MapData, u64>,
 }
@@ -91,6 +93,7 @@ impl Maps {
             progs: next("PROGS")?.try_into().context("PROGS")?,
             filter: next("ADDR_FILTER")?.try_into().context("ADDR_FILTER")?,
             nexthop_gen: next("NEXTHOP_GEN")?.try_into().context("NEXTHOP_GEN")?,
+            nat_backends: next("NAT_BACKENDS")?.try_into().context("NAT_BACKENDS")?,
         })
     }
 

@@ -5,6 +5,7 @@ mod filter;
 mod loader;
 pub mod maglev;
 mod maps;
+mod nat;
 mod object;
 mod plan;
 mod reflect;

@@ -35,6 +35,10 @@ pub(crate) struct VipState {
     /// state written before digests existed, rebuilt at the next apply).
     #[serde(default)]
     pub table_digest: u64,
+    /// A NAT VIP whose replies cannot be traced through `NAT_BACKENDS`: each new flow
+    /// writes a reverse entry (`VIP_F_REVERSE_ENTRY`).
+    #[serde(default)]
+    pub reverse_entries: bool,
     pub backends: Vec<SlotState>,
 }
 

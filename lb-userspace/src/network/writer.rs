@@ -14,7 +14,8 @@ use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
 use lb_common::{
     ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BackendSlot, FAMILY_V4, FAMILY_V6, MAX_BACKEND_SLOTS,
-    MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VipKey, VipMeta,
+    MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR,
+    VIP_F_REVERSE_ENTRY, VipKey, VipMeta,
 };
 
 use super::batch;
@@ -22,6 +23,7 @@ use super::filter::Filter;
 use super::loader::DataPath;
 use super::maglev::{self, MaglevBackend};
 use super::maps::Maps;
+use super::nat::NatBackends;
 use super::plan::{VipPlan, plan, range_prefixes};
 use super::state::{SlotState, State, VipState};
 use crate::config::{Config, FastMap};
@@ -145,6 +147,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             table_size: 0,
             table_hash: 0,
             table_digest: 0,
+            reverse_entries: false,
             backends: slots,
         });
     }
@@ -168,6 +171,11 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let new_filter = Filter::of(&new);
     let grown = old_filter.union(&new_filter);
     grown.write(&mut dp.maps, trust_old.then_some(&old_filter))?;
+    // Replies of the first new flow must already find their VIP.
+    let old_nat = NatBackends::plan(old);
+    let new_nat = NatBackends::plan(&new);
+    new_nat.mark(&mut new);
+    new_nat.write(&mut dp.maps, trust_old.then_some(&old_nat))?;
     let maps = &mut dp.maps;
     batch::reset_counters(
         &mut maps.backend_stats,
@@ -181,6 +189,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     write_vip_entries(&mut dp.maps, &new)?;
     remove_stale(&mut dp.maps, old, &new, &used_slots)?;
     write_addrs(&mut dp.maps, old, &new)?;
+    new_nat.remove_stale(&mut dp.maps, &old_nat);
     new_filter.write(&mut dp.maps, Some(&grown))?;
     dp.maps.flush_nexthops()?;
     if let Some(dir) = dp.pin_dir() {
@@ -374,7 +383,12 @@ fn build_tables(
 fn meta(v: &VipState) -> VipMeta {
     VipMeta {
         vip_id: v.vip_id,
-        flags: if v.dsr { VIP_F_DSR } else { 0 },
+        flags: if v.dsr { VIP_F_DSR } else { 0 }
+            | if v.reverse_entries {
+                VIP_F_REVERSE_ENTRY
+            } else {
+                0
+            },
         table_size: v.table_size,
         pad: 0,
     }

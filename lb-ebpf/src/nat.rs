@@ -1,0 +1,82 @@
+//! Which NAT flow a packet from a backend belongs to, without an entry per flow: the
+//! backend's address names the VIPs it serves, with the port and protocol of each
+//! (`NAT_BACKENDS`, written by userspace), and the connection table holds the flow
+//! client -> VIP pinned to it. So a
+//! new NAT flow costs one table insert, as a DSR one does. VIPs whose replies do not tell
+//! their port keep a reverse entry per flow (`NAT_REV`).
+
+use lb_common::{AddrKey, FlowKey, MAX_NAT_TARGETS, NatReverse, PROTO_ANY};
+
+use crate::maps::{BACKENDS, CONNS, NAT_BACKENDS, NAT_REV};
+
+/// The flow of a packet `reply` (backend:bport -> client:cport), if it is a NAT flow of
+/// ours: written to `out`, and true.
+#[inline(always)]
+pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> bool {
+    let (backend, bport, client, cport, proto) = (
+        &reply.src,
+        reply.sport,
+        &reply.dst,
+        reply.dport,
+        reply.proto,
+    );
+    let key = AddrKey {
+        addr: *backend,
+        family: reply.family,
+        pad: [0; 3],
+    };
+    if let Some(targets) = unsafe { NAT_BACKENDS.get(&key) } {
+        let mut i = 0;
+        while i < MAX_NAT_TARGETS {
+            if i as u32 >= targets.len {
+                break;
+            }
+            let t = &targets.targets[i];
+            i += 1;
+            if (t.proto != PROTO_ANY && t.proto != proto)
+                || (t.backend_port != 0 && t.backend_port != bport)
+            {
+                continue;
+            }
+            let vip_port = if t.vip_port == 0 { bport } else { t.vip_port };
+            let flow = FlowKey {
+                src: *client,
+                dst: t.vip_addr,
+                sport: cport,
+                dport: vip_port,
+                proto,
+                family: reply.family,
+                pad: 0,
+            };
+            let Some(v) = (unsafe { CONNS.get(&flow) }) else {
+                continue;
+            };
+            // The flow must be of this VIP and pinned to this very backend: a flow that
+            // moved elsewhere is not this packet's.
+            let Some(b) = BACKENDS.get(v.slot) else {
+                continue;
+            };
+            if v.vip_id == t.vip_id
+                && b.vip_id == v.vip_id
+                && b.addr == *backend
+                && (b.port == bport || b.port == 0)
+            {
+                *out = NatReverse {
+                    vip_addr: t.vip_addr,
+                    vip_port,
+                    pad: 0,
+                    vip_id: v.vip_id,
+                    slot: v.slot,
+                };
+                return true;
+            }
+        }
+    }
+    match unsafe { NAT_REV.get(reply) } {
+        Some(rev) => {
+            *out = *rev;
+            true
+        }
+        None => false,
+    }
+}

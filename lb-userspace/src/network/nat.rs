@@ -1,0 +1,229 @@
+//! `NAT_BACKENDS`: for every NAT backend address, the VIPs whose flows it serves (with the
+//! port and protocol of each), so the data path finds a reply's flow in the connection table instead of
+//! writing a reverse entry for every new flow.
+//!
+//! Entries are written before the slots and VIPs that send flows to a backend (a reply of
+//! the first flow already finds its VIP) and removed after them.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+use anyhow::{Context, Result};
+use lb_common::{AddrKey, MAX_NAT_TARGETS, NatTarget, NatTargets, PROTO_ANY};
+
+use super::maps::Maps;
+use super::state::{State, VipState};
+use super::writer::addr_words;
+
+/// What `NAT_BACKENDS` holds for one written state.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct NatBackends {
+    entries: HashMap<AddrKey, NatTargets>,
+    /// Ids of the NAT VIPs left out: they keep reverse entries.
+    reverse: HashSet<u32>,
+}
+
+/// What a reply of VIP `v` from a backend with `port` (host order, 0: keeps the client's)
+/// tells: `Some((backend port, VIP port))` in network order, 0 meaning "any" and "the
+/// reply's source port"; `None` when a reply cannot tell the VIP's port.
+fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
+    if v.proto == PROTO_ANY {
+        // Every protocol and port kept as the client sent them.
+        return Some((0, 0));
+    }
+    let (first, last) = v.ports;
+    match (first == last, port) {
+        (true, 0) => Some((first.to_be(), first.to_be())),
+        (true, p) => Some((p.to_be(), first.to_be())),
+        // A Port Range whose backends keep the client's port: the reply's port is the VIP's.
+        (false, 0) => Some((0, 0)),
+        // A Port Range onto one backend port: the reply cannot tell which port was used.
+        (false, _) => None,
+    }
+}
+
+fn addr_key(a: IpAddr) -> AddrKey {
+    let (addr, family) = addr_words(a);
+    AddrKey {
+        addr,
+        family,
+        pad: [0; 3],
+    }
+}
+
+impl NatBackends {
+    /// The entries of `state`'s NAT VIPs. VIPs whose replies cannot be traced through them
+    /// (see `VIP_F_REVERSE_ENTRY`) are left out and named in `reverse`.
+    pub fn plan(state: &State) -> NatBackends {
+        let mut out: HashMap<AddrKey, NatTargets> = HashMap::new();
+        let mut reverse = HashSet::new();
+        for v in state.vips.iter().filter(|v| !v.dsr) {
+            let (vip_addr, _) = addr_words(v.address);
+            let mut targets = Vec::new();
+            let mut untraceable = false;
+            for b in &v.backends {
+                let Some((backend_port, vip_port)) = ports_of(v, b.port) else {
+                    untraceable = true;
+                    continue;
+                };
+                let target = NatTarget {
+                    vip_addr,
+                    vip_port,
+                    backend_port,
+                    vip_id: v.vip_id,
+                    proto: v.proto,
+                    pad: [0; 3],
+                };
+                let key = addr_key(b.address);
+                if !targets.contains(&(key, target)) {
+                    targets.push((key, target));
+                }
+            }
+            // Room for this VIP under every backend, or it keeps reverse entries for all of
+            // its flows (never half and half).
+            let full = targets.iter().any(|(k, _)| {
+                let mine = targets.iter().filter(|(k2, _)| k2 == k).count();
+                let have = out.get(k).map_or(0, |t| t.len as usize);
+                have + mine > MAX_NAT_TARGETS
+            });
+            if untraceable || full {
+                reverse.insert(v.vip_id);
+                continue;
+            }
+            for (k, target) in targets {
+                let t = out.entry(k).or_default();
+                t.targets[t.len as usize] = target;
+                t.len += 1;
+            }
+        }
+        NatBackends {
+            entries: out,
+            reverse,
+        }
+    }
+
+    /// Marks the VIPs of `state` (the one planned) that keep reverse entries.
+    pub fn mark(&self, state: &mut State) {
+        for v in &mut state.vips {
+            v.reverse_entries = self.reverse.contains(&v.vip_id);
+        }
+    }
+
+    /// Writes the entries that are new or changed since `old` (all of them when what the
+    /// map holds is not known).
+    pub fn write(&self, maps: &mut Maps, old: Option<&NatBackends>) -> Result<()> {
+        for (k, t) in &self.entries {
+            if old.is_some_and(|o| o.entries.get(k) == Some(t)) {
+                continue;
+            }
+            maps.nat_backends
+                .insert(k, t, 0)
+                .context("writing NAT_BACKENDS")?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entries of `old` this one no longer has.
+    pub fn remove_stale(&self, maps: &mut Maps, old: &NatBackends) {
+        for k in old.entries.keys().filter(|k| !self.entries.contains_key(k)) {
+            let _ = maps.nat_backends.remove(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::state::SlotState;
+
+    fn vip(id: u32, proto: u8, ports: (u16, u16), dsr: bool, backends: &[(&str, u16)]) -> VipState {
+        VipState {
+            name: format!("v{id}"),
+            vip_id: id,
+            address: format!("198.18.0.{id}").parse().expect("ip"),
+            proto,
+            ports,
+            dsr,
+            table_size: 0,
+            table_hash: 0,
+            table_digest: 0,
+            reverse_entries: false,
+            backends: backends
+                .iter()
+                .map(|(a, p)| SlotState {
+                    name: a.to_string(),
+                    slot: 0,
+                    address: a.parse().expect("ip"),
+                    port: *p,
+                    weight: 1,
+                    active: true,
+                })
+                .collect(),
+        }
+    }
+
+    fn key(addr: &str) -> AddrKey {
+        addr_key(addr.parse().expect("ip"))
+    }
+
+    /// Issue 16 (one insert per new NAT flow): each NAT backend names the VIPs it serves
+    /// and the port a reply tells; DSR backends are not there.
+    #[test]
+    fn backends_name_their_vips_and_ports() {
+        let mut state = State {
+            vips: vec![
+                vip(
+                    1,
+                    6,
+                    (80, 80),
+                    false,
+                    &[("10.2.0.1", 8080), ("10.2.0.2", 0)],
+                ),
+                vip(2, 6, (443, 443), true, &[("10.2.0.1", 0)]),
+                vip(3, 17, (5000, 5100), false, &[("10.2.0.3", 0)]),
+                vip(4, 0, (0, 0), false, &[("10.2.0.4", 0)]),
+            ],
+            next_slot: 0,
+        };
+        let nat = NatBackends::plan(&state);
+        nat.mark(&mut state);
+        let nat = nat.entries;
+        assert_eq!(nat.len(), 4);
+        let t = nat[&key("10.2.0.1")];
+        assert_eq!((t.len, t.targets[0].vip_id), (1, 1));
+        assert_eq!(t.targets[0].vip_port, 80u16.to_be());
+        assert_eq!(t.targets[0].backend_port, 8080u16.to_be());
+        assert_eq!(t.targets[0].proto, 6);
+        let t = nat[&key("10.2.0.2")].targets[0];
+        assert_eq!((t.backend_port, t.vip_port), (80u16.to_be(), 80u16.to_be()));
+        // Port Range keeping the client's port, and ANY-L3: the reply's port is the VIP's.
+        let t = nat[&key("10.2.0.3")].targets[0];
+        assert_eq!((t.backend_port, t.vip_port, t.proto), (0, 0, 17));
+        let t = nat[&key("10.2.0.4")].targets[0];
+        assert_eq!((t.vip_id, t.proto), (4, PROTO_ANY));
+        assert!(state.vips.iter().all(|v| !v.reverse_entries));
+    }
+
+    /// Issue 16: VIPs whose replies cannot name them keep a reverse entry per flow: a Port
+    /// Range onto one backend port, and the fifth VIP sharing one backend address.
+    #[test]
+    fn untraceable_vips_keep_reverse_entries() {
+        let mut vips = vec![vip(1, 6, (8000, 8100), false, &[("10.2.0.1", 80)])];
+        for id in 2..=6 {
+            vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
+        }
+        let mut state = State { vips, next_slot: 0 };
+        let nat = NatBackends::plan(&state);
+        nat.mark(&mut state);
+        let nat = nat.entries;
+        let flagged: Vec<u32> = state
+            .vips
+            .iter()
+            .filter(|v| v.reverse_entries)
+            .map(|v| v.vip_id)
+            .collect();
+        assert_eq!(flagged, vec![1, 6]);
+        assert_eq!(nat[&key("10.2.0.9")].len, MAX_NAT_TARGETS as u32);
+        assert!(!nat.contains_key(&key("10.2.0.1")));
+    }
+}
