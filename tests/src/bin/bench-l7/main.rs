@@ -18,6 +18,14 @@
 //! more about that queue than about the proxy; below saturation the proxies' latencies are
 //! compared at about the same request rate, which is how an operator meets them.
 //!
+//! Each round then measures, on the same process, the cases of issue 22 (all over TLS 1.3
+//! with the bench's ECDSA P-256 certificate, after a TLS warm-up): HTTPS with keep-alive
+//! (wrk on https://), HTTPS handshakes (wrk with `Connection: close`: one request per
+//! connection, so new TLS connections per second and CPU per handshake), HTTP/2 over TLS
+//! (h2load, 100 streams on each of 16 connections) and, last, 10,000 idle keep-alive
+//! connections held open by the bench beside a steady wrk load on 16 others (memory per
+//! idle connection = the proxy's RSS growth / 10,000, and the active requests' p99).
+//!
 //! Then a Maintenance run counts the requests that fail while Maintenance moves between two
 //! Backend Services every second (must be 0). A peer that cannot run (a package missing, a
 //! process that does not start) is listed as not measured and the rest still runs; no figure
@@ -27,8 +35,13 @@
 //! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9),
 //! `LB_BENCH_DURATION` seconds per run (6), `LB_BENCH_CONNECTIONS` (64),
 //! `LB_BENCH_THREADS` wrk threads (2), `LB_BENCH_THINK_MS` the pause below saturation (1;
-//! 0 skips those runs).
+//! 0 skips those runs), `LB_BENCH_CASES` a comma-separated subset of `plain`, `https`,
+//! `handshake`, `h2`, `idle` (all).
 
+mod cases;
+mod cert;
+mod h2load;
+mod idle;
 mod maint;
 mod peers;
 mod procs;
@@ -41,28 +54,36 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use crate::cases::{Case, Selection};
+use crate::cert::Cert;
 use crate::peers::{Ports, local};
 use lb_tests::bench::{Guard, Scratch, version, workspace};
 
 use crate::procs::cpu_time;
 use crate::report::{Report, SystemFigures};
-use crate::wrk::{Load, WrkResult};
+use crate::wrk::{Load, Target, WrkResult};
 
 /// Shortest Maintenance run.
 const MAINT_RUN: Duration = Duration::from_secs(10);
 /// Length of the unrecorded warm-up run of each system.
 const WARM_UP: Duration = Duration::from_secs(2);
+/// wrk connections beside the idle ones.
+const ACTIVE_BESIDE_IDLE: u32 = 16;
 
 /// A proxy under test.
 struct System {
     name: &'static str,
     port: u16,
+    /// Its TLS listener.
+    tls_port: u16,
     /// The running process; None between a stop and the next start.
     guard: Option<Guard>,
     /// Runs with wrk's connections back to back (the proxy saturated).
     full: Runs,
     /// Runs with a pause per connection (below saturation).
     paced: Runs,
+    /// Issue 22's cases, in [`Case::ALL`] order.
+    cases: [Runs; 4],
     broken: Option<String>,
 }
 
@@ -74,6 +95,10 @@ struct Runs {
     rounds: Vec<u64>,
     /// CPU microseconds the proxy spent per request, per run (when /proc could tell).
     cpu_us: Vec<f64>,
+    /// The idle case: the proxy's RSS growth per idle connection, KiB, per run.
+    mem_kib: Vec<f64>,
+    /// Why this case stopped being measured for this system (the others go on).
+    broken: Option<String>,
 }
 
 impl Runs {
@@ -84,7 +109,7 @@ impl Runs {
     }
 
     fn figures(&self, name: &'static str) -> SystemFigures {
-        SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us)
+        SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us).with_memory(&self.mem_kib)
     }
 }
 
@@ -96,28 +121,108 @@ fn measure(
     pacing: Option<&wrk::Pacing>,
     label: &str,
 ) -> Result<(WrkResult, Option<f64>)> {
+    let port = s.port;
+    let suffix = pacing.map_or(String::new(), |p| format!("  (think {} ms)", p.think_ms));
+    measure_with(s, label, &suffix, || wrk::run(load, local(port), pacing))
+}
+
+/// One recorded run made by `run` against `s`, printed as it ends: what the load generator
+/// measured and the proxy's CPU time per request (per connection in the handshake case).
+fn measure_with(
+    s: &mut System,
+    label: &str,
+    suffix: &str,
+    run: impl FnOnce() -> Result<WrkResult>,
+) -> Result<(WrkResult, Option<f64>)> {
     let guard = s
         .guard
         .as_mut()
         .with_context(|| format!("{} is not running", s.name))?;
     let cpu_before = cpu_time(guard);
-    let r = wrk::run(load, local(s.port), pacing)?;
+    let r = run()?;
     let cpu = cpu_before
         .zip(cpu_time(guard))
         .filter(|_| r.requests > 0)
         .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
     println!(
         "{label} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  failed {}  \
-         proxy cpu {} us/request{}",
+         proxy cpu {} us/request{suffix}",
         s.name,
         r.rps,
         r.p50_ms,
         r.p99_ms,
         r.failed(),
         cpu.map_or("?".into(), |c| format!("{c:.1}")),
-        pacing.map_or(String::new(), |p| format!("  (think {} ms)", p.think_ms)),
     );
     Ok((r, cpu))
+}
+
+/// One run of `case` against `s` (running, warmed up over TLS); the idle case also returns
+/// the RSS growth per idle connection.
+fn measure_case(
+    s: &mut System,
+    case: Case,
+    load: Load,
+    scratch: &Scratch,
+    label: &str,
+) -> Result<((WrkResult, Option<f64>), Option<f64>)> {
+    let label = format!("{label} {:<9}", case.name());
+    let tls = |close| Target {
+        addr: local(s.tls_port),
+        tls: true,
+        close,
+    };
+    let (https, handshake) = (tls(false), tls(true));
+    match case {
+        Case::Https => Ok((measure_with(s, &label, "", || wrk::run_target(load, https, None))?, None)),
+        Case::Handshake => Ok((
+            measure_with(s, &label, " (one per connection)", || {
+                wrk::run_target(load, handshake, None)
+            })?,
+            None,
+        )),
+        Case::H2 => {
+            let addr = local(s.tls_port);
+            let log = scratch.path.join("h2load.log");
+            Ok((measure_with(s, &label, "", || h2load::run(load, addr, &log))?, None))
+        }
+        Case::Idle => measure_idle(s, load, &label),
+    }
+}
+
+/// The idle case: opens [`idle::IDLE`] keep-alive connections (one request each) on the
+/// plain listener, reads the proxy's RSS growth, then measures a wrk load on
+/// [`ACTIVE_BESIDE_IDLE`] other connections while they stay open.
+fn measure_idle(
+    s: &mut System,
+    load: Load,
+    label: &str,
+) -> Result<((WrkResult, Option<f64>), Option<f64>)> {
+    let guard = s
+        .guard
+        .as_ref()
+        .with_context(|| format!("{} is not running", s.name))?;
+    let before = idle::rss_kib(guard);
+    let conns = idle::open(local(s.port), idle::IDLE)?;
+    // Let the proxy settle (connections accepted on every worker, buffers returned).
+    std::thread::sleep(Duration::from_millis(500));
+    let after = idle::rss_kib(guard);
+    let per_conn = before
+        .zip(after)
+        .map(|(b, a)| a.saturating_sub(b) as f64 / conns.len() as f64);
+    let active = Load {
+        connections: ACTIVE_BESIDE_IDLE,
+        ..load
+    };
+    let port = s.port;
+    let suffix = format!(
+        " ({} idle open, {} KiB RSS per idle connection)",
+        conns.len(),
+        per_conn.map_or("?".into(), |m| format!("{m:.2}"))
+    );
+    let measured = measure_with(s, label, &suffix, || wrk::run(active, local(port), None))?;
+    drop(conns);
+    Ok((measured, per_conn))
 }
 
 fn env_num(name: &str, default: u64) -> Result<u64> {
@@ -148,9 +253,21 @@ fn main() -> Result<()> {
     let lb_bin = std::env::var_os("LB_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/release/lb"));
+    let selection = Selection::parse(std::env::var("LB_BENCH_CASES").ok().as_deref())?;
     let tools = setup::ensure();
     let think_ms = env_num_or_off("LB_BENCH_THINK_MS", 1)?;
     let mut report = Report::new(load, rounds, think_ms);
+    let mut selection = selection;
+    if selection.cases.contains(&Case::Idle)
+        && let Err(e) = idle::raise_nofile()
+    {
+        report.not_measured(format!("idle connections: {e:#}"));
+        selection.cases.retain(|&c| c != Case::Idle);
+    }
+    if selection.cases.contains(&Case::H2) && !tools.has("nghttp2-client") {
+        report.not_measured("HTTP/2 over TLS: no h2load (nghttp2-client)".into());
+        selection.cases.retain(|&c| c != Case::H2);
+    }
     for (pkg, why) in &tools.missing {
         report.not_measured(format!("{pkg}: {why}"));
     }
@@ -165,8 +282,9 @@ fn main() -> Result<()> {
         bail!("nginx is not available");
     }
     report.header(format!(
-        "wrk: {}; haproxy: {}; nginx: {}; lb: {} ({})",
+        "wrk: {}; h2load: {}; haproxy: {}; nginx: {}; lb: {} ({})",
         version("/usr/bin/wrk", "-v"),
+        version("/usr/bin/h2load", "--version"),
         version("/usr/sbin/haproxy", "-v"),
         version("/usr/sbin/nginx", "-v"),
         version(&lb_bin.display().to_string(), "--version"),
@@ -177,8 +295,9 @@ fn main() -> Result<()> {
     let pacing = think_ms
         .map(|ms| wrk::Pacing::write(&scratch.path, ms))
         .transpose()?;
+    let cert = cert::generate(&scratch.dir("cert")?)?;
     let _backend = peers::start_backend(&scratch, &ports)?;
-    let mut systems = start_systems(&lb_bin, &scratch, &ports, &tools, &mut report);
+    let mut systems = start_systems(&lb_bin, &scratch, &ports, &cert, &tools, &mut report);
     let n = systems.len();
     for round in 0..rounds {
         for i in 0..n {
@@ -186,24 +305,30 @@ fn main() -> Result<()> {
             if s.broken.is_some() {
                 continue;
             }
-            if let Err(e) = fresh_start(s, &lb_bin, &scratch, &ports, load) {
+            if let Err(e) = fresh_start(s, &lb_bin, &scratch, &ports, &cert, load) {
                 s.broken = Some(format!("{e:#}"));
                 continue;
             }
             let label = format!("round {}/{rounds}", round + 1);
-            let measured = measure(s, load, None, &label).and_then(|full| {
-                let paced = pacing.as_ref().map(|p| measure(s, load, Some(p), &label));
-                Ok((full, paced.transpose()?))
-            });
-            match measured {
-                Ok((full, paced)) => {
-                    s.full.push(full, round + 1);
-                    if let Some(paced) = paced {
-                        s.paced.push(paced, round + 1);
+            if selection.plain {
+                let measured = measure(s, load, None, &label).and_then(|full| {
+                    let paced = pacing.as_ref().map(|p| measure(s, load, Some(p), &label));
+                    Ok((full, paced.transpose()?))
+                });
+                match measured {
+                    Ok((full, paced)) => {
+                        s.full.push(full, round + 1);
+                        if let Some(paced) = paced {
+                            s.paced.push(paced, round + 1);
+                        }
+                    }
+                    Err(e) => {
+                        s.broken = Some(format!("{e:#}"));
+                        continue;
                     }
                 }
-                Err(e) => s.broken = Some(format!("{e:#}")),
             }
+            run_cases(s, &selection.cases, load, &scratch, &label, round + 1);
         }
     }
     // Maintenance toggles once a second: at least ten of them, whatever the round length.
@@ -221,11 +346,21 @@ fn main() -> Result<()> {
         if !s.paced.runs.is_empty() {
             report.paced(s.paced.figures(s.name));
         }
+        for &case in &selection.cases {
+            let runs = &s.cases[case.index()];
+            if let Some(why) = &runs.broken {
+                report.not_measured(format!("{} {}: {why}", s.name, case.name()));
+            }
+            if !runs.runs.is_empty() {
+                report.case(case, runs.figures(s.name));
+            }
+        }
     }
     match systems
         .iter()
         .find(|s| s.name == "lb" && s.broken.is_none() && s.guard.is_some())
     {
+        Some(_) if !selection.plain => {}
         Some(_) => match maint::run(
             &lb_bin,
             ports.lb_api,
@@ -246,12 +381,48 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Issue 22's cases of one round on `s`: a TLS warm-up, then each case; a case that fails
+/// is reported as not measured for `s` and the others go on.
+fn run_cases(s: &mut System, cases: &[Case], load: Load, scratch: &Scratch, label: &str, round: u64) {
+    if cases.is_empty() {
+        return;
+    }
+    let warm = Load {
+        duration: WARM_UP,
+        ..load
+    };
+    let target = Target {
+        addr: local(s.tls_port),
+        tls: true,
+        close: false,
+    };
+    if let Err(e) = wrk::run_target(warm, target, None) {
+        for &case in cases {
+            s.cases[case.index()].broken = Some(format!("TLS warm-up failed: {e:#}"));
+        }
+        return;
+    }
+    for &case in cases {
+        if s.cases[case.index()].broken.is_some() {
+            continue;
+        }
+        match measure_case(s, case, load, scratch, label) {
+            Ok((measured, mem)) => {
+                let runs = &mut s.cases[case.index()];
+                runs.push(measured, round);
+                runs.mem_kib.extend(mem);
+            }
+            Err(e) => s.cases[case.index()].broken = Some(format!("{e:#}")),
+        }
+    }
+}
+
 /// Starts one proxy (its configuration written afresh).
-fn start(name: &str, lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+fn start(name: &str, lb_bin: &Path, scratch: &Scratch, ports: &Ports, cert: &Cert) -> Result<Guard> {
     match name {
-        "lb" => peers::start_lb(lb_bin, scratch, ports),
-        "haproxy" => peers::start_haproxy(scratch, ports),
-        _ => peers::start_nginx(scratch, ports),
+        "lb" => peers::start_lb(lb_bin, scratch, ports, cert),
+        "haproxy" => peers::start_haproxy(scratch, ports, cert),
+        _ => peers::start_nginx(scratch, ports, cert),
     }
 }
 
@@ -262,12 +433,13 @@ fn fresh_start(
     lb_bin: &Path,
     scratch: &Scratch,
     ports: &Ports,
+    cert: &Cert,
     load: Load,
 ) -> Result<()> {
     // Dropping the guard stops the process and waits for it (the port is free again).
     s.guard = None;
     let guard =
-        start(s.name, lb_bin, scratch, ports).with_context(|| format!("restarting {}", s.name))?;
+        start(s.name, lb_bin, scratch, ports, cert).with_context(|| format!("restarting {}", s.name))?;
     s.guard = Some(guard);
     let warm = Load {
         duration: WARM_UP,
@@ -286,12 +458,13 @@ fn start_systems(
     lb_bin: &Path,
     scratch: &Scratch,
     ports: &Ports,
+    cert: &Cert,
     tools: &setup::Tools,
     report: &mut Report,
 ) -> Vec<System> {
-    let mut names: Vec<(&'static str, u16)> = Vec::new();
+    let mut names: Vec<(&'static str, u16, u16)> = Vec::new();
     if lb_bin.exists() {
-        names.push(("lb", ports.lb));
+        names.push(("lb", ports.lb, ports.lb_tls));
     } else {
         report.not_measured(format!(
             "lb: {} does not exist (cargo build --release -p lb-userspace)",
@@ -299,18 +472,20 @@ fn start_systems(
         ));
     }
     if tools.has("haproxy") {
-        names.push(("haproxy", ports.haproxy));
+        names.push(("haproxy", ports.haproxy, ports.haproxy_tls));
     }
-    names.push(("nginx", ports.nginx));
+    names.push(("nginx", ports.nginx, ports.nginx_tls));
     let mut out = Vec::new();
-    for (name, port) in names {
-        match start(name, lb_bin, scratch, ports) {
+    for (name, port, tls_port) in names {
+        match start(name, lb_bin, scratch, ports, cert) {
             Ok(guard) => out.push(System {
                 name,
                 port,
+                tls_port,
                 guard: Some(guard),
                 full: Runs::default(),
                 paced: Runs::default(),
+                cases: Default::default(),
                 broken: None,
             }),
             Err(e) => report.not_measured(format!("{name}: could not start: {e:#}")),
