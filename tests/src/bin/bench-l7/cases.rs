@@ -73,7 +73,10 @@ impl Selection {
         if !plain && picked.is_empty() {
             bail!("LB_BENCH_CASES={list:?} selects no case");
         }
-        let cases = Case::ALL.into_iter().filter(|c| picked.contains(c)).collect();
+        let cases = Case::ALL
+            .into_iter()
+            .filter(|c| picked.contains(c))
+            .collect();
         Ok(Self { plain, cases })
     }
 }

@@ -39,7 +39,8 @@ pub fn generate(dir: &Path) -> Result<Cert> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     let bundle = dir.join("bundle.pem");
     std::fs::write(&bundle, format!("{}{}", read(&cert)?, read(&key)?))
         .with_context(|| format!("writing {}", bundle.display()))?;

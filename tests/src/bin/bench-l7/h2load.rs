@@ -42,7 +42,8 @@ pub fn run(load: Load, addr: SocketAddr, log: &Path) -> Result<WrkResult> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let durations = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()));
+    let durations =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()));
     let _ = std::fs::remove_file(log);
     parse(&text, &durations?)
 }
@@ -151,7 +152,15 @@ traffic: 14.02MB (14700000) total, 1.05MB (1100000) headers (space savings 95.00
             .collect();
         assert_eq!(
             args,
-            ["-t2", "-c16", "-m100", "-D6", "--log-file", "/t/l", "https://127.0.0.1:8443/"]
+            [
+                "-t2",
+                "-c16",
+                "-m100",
+                "-D6",
+                "--log-file",
+                "/t/l",
+                "https://127.0.0.1:8443/"
+            ]
         );
     }
 }

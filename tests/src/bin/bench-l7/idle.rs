@@ -31,11 +31,17 @@ pub fn raise_nofile() -> Result<u64> {
     // SAFETY: getrlimit/setrlimit write/read only the struct passed.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            bail!("getrlimit(RLIMIT_NOFILE): {}", std::io::Error::last_os_error());
+            bail!(
+                "getrlimit(RLIMIT_NOFILE): {}",
+                std::io::Error::last_os_error()
+            );
         }
         lim.rlim_cur = lim.rlim_max;
         if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-            bail!("setrlimit(RLIMIT_NOFILE): {}", std::io::Error::last_os_error());
+            bail!(
+                "setrlimit(RLIMIT_NOFILE): {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     // The bench holds one end of each idle connection, each proxy the other (and its own).

@@ -32,7 +32,8 @@
 //! is printed that was not measured. The markdown report is also written to
 //! `target/bench/l7.md`.
 //!
-//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9),
+//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9;
+//! `BENCH_ROUNDS` when it is not set),
 //! `LB_BENCH_DURATION` seconds per run (6), `LB_BENCH_CONNECTIONS` (64),
 //! `LB_BENCH_THREADS` wrk threads (2), `LB_BENCH_THINK_MS` the pause below saturation (1;
 //! 0 skips those runs), `LB_BENCH_CASES` a comma-separated subset of `plain`, `https`,
@@ -97,6 +98,8 @@ struct Runs {
     cpu_us: Vec<f64>,
     /// The idle case: the proxy's RSS growth per idle connection, KiB, per run.
     mem_kib: Vec<f64>,
+    /// The idle case: the proxy's whole RSS with the idle connections open, MiB, per run.
+    rss_mib: Vec<f64>,
     /// Why this case stopped being measured for this system (the others go on).
     broken: Option<String>,
 }
@@ -109,7 +112,8 @@ impl Runs {
     }
 
     fn figures(&self, name: &'static str) -> SystemFigures {
-        SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us).with_memory(&self.mem_kib)
+        SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us)
+            .with_memory(&self.mem_kib, &self.rss_mib)
     }
 }
 
@@ -157,15 +161,19 @@ fn measure_with(
     Ok((r, cpu))
 }
 
+/// What the idle case adds to a run: RSS growth per idle connection (KiB) and the whole
+/// RSS with them open (MiB).
+type IdleMemory = Option<(f64, f64)>;
+
 /// One run of `case` against `s` (running, warmed up over TLS); the idle case also returns
-/// the RSS growth per idle connection.
+/// the proxy's memory.
 fn measure_case(
     s: &mut System,
     case: Case,
     load: Load,
     scratch: &Scratch,
     label: &str,
-) -> Result<((WrkResult, Option<f64>), Option<f64>)> {
+) -> Result<((WrkResult, Option<f64>), IdleMemory)> {
     let label = format!("{label} {:<9}", case.name());
     let tls = |close| Target {
         addr: local(s.tls_port),
@@ -174,7 +182,10 @@ fn measure_case(
     };
     let (https, handshake) = (tls(false), tls(true));
     match case {
-        Case::Https => Ok((measure_with(s, &label, "", || wrk::run_target(load, https, None))?, None)),
+        Case::Https => Ok((
+            measure_with(s, &label, "", || wrk::run_target(load, https, None))?,
+            None,
+        )),
         Case::Handshake => Ok((
             measure_with(s, &label, " (one per connection)", || {
                 wrk::run_target(load, handshake, None)
@@ -184,7 +195,10 @@ fn measure_case(
         Case::H2 => {
             let addr = local(s.tls_port);
             let log = scratch.path.join("h2load.log");
-            Ok((measure_with(s, &label, "", || h2load::run(load, addr, &log))?, None))
+            Ok((
+                measure_with(s, &label, "", || h2load::run(load, addr, &log))?,
+                None,
+            ))
         }
         Case::Idle => measure_idle(s, load, &label),
     }
@@ -197,7 +211,7 @@ fn measure_idle(
     s: &mut System,
     load: Load,
     label: &str,
-) -> Result<((WrkResult, Option<f64>), Option<f64>)> {
+) -> Result<((WrkResult, Option<f64>), IdleMemory)> {
     let guard = s
         .guard
         .as_ref()
@@ -207,22 +221,27 @@ fn measure_idle(
     // Let the proxy settle (connections accepted on every worker, buffers returned).
     std::thread::sleep(Duration::from_millis(500));
     let after = idle::rss_kib(guard);
-    let per_conn = before
-        .zip(after)
-        .map(|(b, a)| a.saturating_sub(b) as f64 / conns.len() as f64);
+    let memory = before.zip(after).map(|(b, a)| {
+        (
+            a.saturating_sub(b) as f64 / conns.len() as f64,
+            a as f64 / 1024.0,
+        )
+    });
     let active = Load {
         connections: ACTIVE_BESIDE_IDLE,
         ..load
     };
     let port = s.port;
     let suffix = format!(
-        " ({} idle open, {} KiB RSS per idle connection)",
+        " ({} idle open, {})",
         conns.len(),
-        per_conn.map_or("?".into(), |m| format!("{m:.2}"))
+        memory.map_or("RSS unknown".into(), |(k, m)| format!(
+            "{k:.2} KiB RSS per idle connection, {m:.1} MiB RSS"
+        ))
     );
     let measured = measure_with(s, label, &suffix, || wrk::run(active, local(port), None))?;
     drop(conns);
-    Ok((measured, per_conn))
+    Ok((measured, memory))
 }
 
 fn env_num(name: &str, default: u64) -> Result<u64> {
@@ -244,7 +263,11 @@ fn env_num_or_off(name: &str, default: u64) -> Result<Option<u64>> {
 }
 
 fn main() -> Result<()> {
-    let rounds = env_num("LB_BENCH_ROUNDS", 9)?;
+    // `BENCH_ROUNDS` (the other benches' name) counts when `LB_BENCH_ROUNDS` is not set.
+    let rounds = match std::env::var_os("LB_BENCH_ROUNDS") {
+        None if std::env::var_os("BENCH_ROUNDS").is_some() => env_num("BENCH_ROUNDS", 9)?,
+        _ => env_num("LB_BENCH_ROUNDS", 9)?,
+    };
     let load = Load {
         threads: u32::try_from(env_num("LB_BENCH_THREADS", 2)?)?,
         connections: u32::try_from(env_num("LB_BENCH_CONNECTIONS", 64)?)?,
@@ -383,7 +406,14 @@ fn main() -> Result<()> {
 
 /// Issue 22's cases of one round on `s`: a TLS warm-up, then each case; a case that fails
 /// is reported as not measured for `s` and the others go on.
-fn run_cases(s: &mut System, cases: &[Case], load: Load, scratch: &Scratch, label: &str, round: u64) {
+fn run_cases(
+    s: &mut System,
+    cases: &[Case],
+    load: Load,
+    scratch: &Scratch,
+    label: &str,
+    round: u64,
+) {
     if cases.is_empty() {
         return;
     }
@@ -410,7 +440,10 @@ fn run_cases(s: &mut System, cases: &[Case], load: Load, scratch: &Scratch, labe
             Ok((measured, mem)) => {
                 let runs = &mut s.cases[case.index()];
                 runs.push(measured, round);
-                runs.mem_kib.extend(mem);
+                if let Some((kib, mib)) = mem {
+                    runs.mem_kib.push(kib);
+                    runs.rss_mib.push(mib);
+                }
             }
             Err(e) => s.cases[case.index()].broken = Some(format!("{e:#}")),
         }
@@ -418,7 +451,13 @@ fn run_cases(s: &mut System, cases: &[Case], load: Load, scratch: &Scratch, labe
 }
 
 /// Starts one proxy (its configuration written afresh).
-fn start(name: &str, lb_bin: &Path, scratch: &Scratch, ports: &Ports, cert: &Cert) -> Result<Guard> {
+fn start(
+    name: &str,
+    lb_bin: &Path,
+    scratch: &Scratch,
+    ports: &Ports,
+    cert: &Cert,
+) -> Result<Guard> {
     match name {
         "lb" => peers::start_lb(lb_bin, scratch, ports, cert),
         "haproxy" => peers::start_haproxy(scratch, ports, cert),
@@ -438,8 +477,8 @@ fn fresh_start(
 ) -> Result<()> {
     // Dropping the guard stops the process and waits for it (the port is free again).
     s.guard = None;
-    let guard =
-        start(s.name, lb_bin, scratch, ports, cert).with_context(|| format!("restarting {}", s.name))?;
+    let guard = start(s.name, lb_bin, scratch, ports, cert)
+        .with_context(|| format!("restarting {}", s.name))?;
     s.guard = Some(guard);
     let warm = Load {
         duration: WARM_UP,

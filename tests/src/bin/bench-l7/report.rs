@@ -25,6 +25,8 @@ pub struct SystemFigures {
     cpu_us: Option<f64>,
     /// Median RSS growth per idle connection, KiB (the idle case only).
     mem_kib: Option<f64>,
+    /// Median whole RSS with the idle connections open, MiB (the idle case only).
+    rss_mib: Option<f64>,
 }
 
 /// Median of a non-empty list (the mean of the two middle values for an even count).
@@ -135,12 +137,15 @@ impl SystemFigures {
             failed: runs.iter().map(WrkResult::failed).sum(),
             cpu_us: (!cpu_us.is_empty()).then(|| median(cpu_us.to_vec())),
             mem_kib: None,
+            rss_mib: None,
         }
     }
 
-    /// Adds the median of the RSS growth per idle connection of each run (KiB), if any.
-    pub fn with_memory(mut self, mem_kib: &[f64]) -> Self {
+    /// Adds the medians of the RSS growth per idle connection (KiB) and of the whole RSS with
+    /// them open (MiB) of each run, if any.
+    pub fn with_memory(mut self, mem_kib: &[f64], rss_mib: &[f64]) -> Self {
         self.mem_kib = (!mem_kib.is_empty()).then(|| median(mem_kib.to_vec()));
+        self.rss_mib = (!rss_mib.is_empty()).then(|| median(rss_mib.to_vec()));
         self
     }
 }
@@ -184,7 +189,10 @@ fn case_text(case: Case, l: Load) -> (&'static str, String, &'static str) {
             format!(
                 "The bench opens {} plain HTTP/1.1 keep-alive connections one by one, one \
                  request each, and keeps them open; memory per idle connection = the proxy's \
-                 RSS (all its processes) after they are open minus before, / {}. Then wrk \
+                 RSS (all its processes) after they are open minus before, / {} (memory a \
+                 proxy allocates up front for its connection limit, as nginx does for \
+                 `worker_connections`, is in the whole RSS column, not in the growth; kernel \
+                 socket buffers are in neither). Then wrk \
                  -t{} -c16 on other connections while they stay open: req/s and p99 of those \
                  active requests.",
                 idle::IDLE,
@@ -417,15 +425,19 @@ fn table(o: &mut String, systems: &[SystemFigures]) {
         o,
         "| system | req/s (median) | p50 latency | p99 latency | proxy CPU per request | \
          req/s per round | failed requests |{}\n|---|---:|---:|---:|---:|---|---:|{}",
-        if memory { " memory per idle connection |" } else { "" },
-        if memory { "---:|" } else { "" },
+        if memory {
+            " memory per idle connection | RSS with them open |"
+        } else {
+            ""
+        },
+        if memory { "---:|---:|" } else { "" },
     );
     for s in systems {
         let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
-        let mem = match (memory, s.mem_kib) {
-            (false, _) => String::new(),
-            (true, Some(m)) => format!(" {m:.2} KiB |"),
-            (true, None) => " not measured |".into(),
+        let mem = match (memory, s.mem_kib, s.rss_mib) {
+            (false, ..) => String::new(),
+            (true, Some(k), Some(m)) => format!(" {k:.2} KiB | {m:.1} MiB |"),
+            (true, ..) => " not measured | not measured |".into(),
         };
         let _ = writeln!(
             o,
@@ -459,8 +471,15 @@ fn comparisons(o: &mut String, systems: &[SystemFigures], kind: &str) {
         if let (Some(a), Some(b)) = (ours.mem_kib, p.mem_kib) {
             let _ = writeln!(
                 o,
-                "memory per idle connection vs {peer}: {a:.2} KiB vs {b:.2} KiB ({:.2}x)  ",
-                a / b.max(0.01)
+                "memory per idle connection vs {peer}: {a:.2} KiB vs {b:.2} KiB (RSS growth)  "
+            );
+        }
+        if let (Some(a), Some(b)) = (ours.rss_mib, p.rss_mib) {
+            let _ = writeln!(
+                o,
+                "RSS with the idle connections open vs {peer}: {a:.1} MiB vs {b:.1} MiB \
+                 ({:.2}x)  ",
+                a / b
             );
         }
         if let (Some(a), Some(b)) = (ours.cpu_us, p.cpu_us) {
