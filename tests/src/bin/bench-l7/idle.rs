@@ -80,10 +80,10 @@ fn one(addr: SocketAddr) -> Result<TcpStream> {
             bail!("closed before the whole answer ({} bytes)", buf.len());
         }
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(total) = answer_len(&buf)? {
-            if buf.len() >= total {
-                return Ok(s);
-            }
+        if let Some(total) = answer_len(&buf)?
+            && buf.len() >= total
+        {
+            return Ok(s);
         }
         if buf.len() > MAX_RESPONSE {
             bail!("answer head over {MAX_RESPONSE} bytes");
