@@ -1,10 +1,17 @@
 //! Connections towards backends: the timed connect of the HTTP/1.1 and L7 TCP paths, and the
 //! pooled client of the TLS and HTTP/2 paths (keep-alive connections reused across requests).
 //! Every successful connect is timed into the vService's connect-time histogram.
+//!
+//! The pooled client is one per worker thread, like the HTTP/1.1 path's idle connections: a
+//! backend connection is driven by a task on the worker that opened it, and a pool shared by
+//! the workers handed it to requests of the other worker too, so each of their requests
+//! crossed threads twice (request in, answer back) and the workers' shares of the pool were
+//! left to chance at start-up (issue 22).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -34,12 +41,54 @@ pub(crate) async fn connect_backend(
     Ok(stream)
 }
 
-/// One vService's upstream client; cheap to clone (shares the pool).
-pub(crate) type Upstream = Client<TimedConnector, RequestBody>;
+/// Threads that may each have a client of their own; more threads than this (more workers
+/// than that) share clients, which is correct, only slower.
+const THREAD_SLOTS: usize = 64;
 
-/// A client whose connect timeout is `timeouts.connect`, whose idle pooled connections
-/// close after `timeouts.keep_alive`, and whose connects are timed into `times`.
+/// The next thread's slot.
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's slot, taken the first time it sends a request upstream.
+    static SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % THREAD_SLOTS;
+}
+
+/// hyper's pooled client over [`TimedConnector`].
+type Pooled = Client<TimedConnector, RequestBody>;
+
+/// One vService's upstream clients, one per thread that sends requests (the workers), each
+/// built on first use; cheap to clone (shares them).
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    clients: Arc<[OnceLock<Pooled>]>,
+    timeouts: Timeouts,
+    times: Arc<Histogram>,
+}
+
+impl Upstream {
+    /// Sends `req` on this thread's pool (its own backend connections).
+    pub(crate) fn request(
+        &self,
+        req: hyper::Request<RequestBody>,
+    ) -> hyper_util::client::legacy::ResponseFuture {
+        let slot = SLOT.with(|s| *s);
+        let client = self.clients[slot % self.clients.len()]
+            .get_or_init(|| pooled(&self.timeouts, self.times.clone()));
+        client.request(req)
+    }
+}
+
+/// Upstream clients whose connect timeout is `timeouts.connect`, whose idle pooled
+/// connections close after `timeouts.keep_alive`, and whose connects are timed into `times`.
 pub(crate) fn new_upstream(timeouts: &Timeouts, times: Arc<Histogram>) -> Upstream {
+    Upstream {
+        clients: (0..THREAD_SLOTS).map(|_| OnceLock::new()).collect(),
+        timeouts: *timeouts,
+        times,
+    }
+}
+
+fn pooled(timeouts: &Timeouts, times: Arc<Histogram>) -> Pooled {
     let mut inner = HttpConnector::new();
     inner.set_connect_timeout(Some(timeouts.connect));
     inner.set_nodelay(true);

@@ -18,21 +18,36 @@
 //! more about that queue than about the proxy; below saturation the proxies' latencies are
 //! compared at about the same request rate, which is how an operator meets them.
 //!
+//! Each round then measures, on the same process, the cases of issue 22 (all over TLS 1.3
+//! with the bench's ECDSA P-256 certificate, after a TLS warm-up): HTTPS with keep-alive
+//! (wrk on https://), HTTPS handshakes (wrk with `Connection: close`: one request per
+//! connection, so new TLS connections per second and CPU per handshake), HTTP/2 over TLS
+//! (h2load, 100 streams on each of 16 connections) and, last, 10,000 idle keep-alive
+//! connections held open by the bench beside a steady wrk load on 16 others (memory per
+//! idle connection = the proxy's RSS growth / 10,000, and the active requests' p99).
+//!
 //! Then a Maintenance run counts the requests that fail while Maintenance moves between two
 //! Backend Services every second (must be 0). A peer that cannot run (a package missing, a
 //! process that does not start) is listed as not measured and the rest still runs; no figure
 //! is printed that was not measured. The markdown report is also written to
 //! `target/bench/l7.md`.
 //!
-//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9),
+//! Settings (environment): `LB_BIN` (default `target/release/lb`), `LB_BENCH_ROUNDS` (9;
+//! `BENCH_ROUNDS` when it is not set),
 //! `LB_BENCH_DURATION` seconds per run (6), `LB_BENCH_CONNECTIONS` (64),
 //! `LB_BENCH_THREADS` wrk threads (2), `LB_BENCH_THINK_MS` the pause below saturation (1;
-//! 0 skips those runs).
+//! 0 skips those runs), `LB_BENCH_CASES` a comma-separated subset of `plain`, `https`,
+//! `handshake`, `h2`, `idle` (all).
 
+mod cases;
+mod cert;
+mod h2load;
+mod idle;
 mod maint;
 mod peers;
 mod procs;
 mod report;
+mod round;
 mod setup;
 mod wrk;
 
@@ -41,6 +56,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use crate::cases::{Case, Selection};
+use crate::cert::Cert;
 use crate::peers::{Ports, local};
 use lb_tests::bench::{Guard, Scratch, version, workspace};
 
@@ -57,12 +74,16 @@ const WARM_UP: Duration = Duration::from_secs(2);
 struct System {
     name: &'static str,
     port: u16,
+    /// Its TLS listener.
+    tls_port: u16,
     /// The running process; None between a stop and the next start.
     guard: Option<Guard>,
     /// Runs with wrk's connections back to back (the proxy saturated).
     full: Runs,
     /// Runs with a pause per connection (below saturation).
     paced: Runs,
+    /// Issue 22's cases, in [`Case::ALL`] order.
+    cases: [Runs; 4],
     broken: Option<String>,
 }
 
@@ -74,6 +95,12 @@ struct Runs {
     rounds: Vec<u64>,
     /// CPU microseconds the proxy spent per request, per run (when /proc could tell).
     cpu_us: Vec<f64>,
+    /// The idle case: the proxy's RSS growth per idle connection, KiB, per run.
+    mem_kib: Vec<f64>,
+    /// The idle case: the proxy's whole RSS with the idle connections open, MiB, per run.
+    rss_mib: Vec<f64>,
+    /// Why this case stopped being measured for this system (the others go on).
+    broken: Option<String>,
 }
 
 impl Runs {
@@ -85,6 +112,7 @@ impl Runs {
 
     fn figures(&self, name: &'static str) -> SystemFigures {
         SystemFigures::new(name, &self.runs, &self.rounds, &self.cpu_us)
+            .with_memory(&self.mem_kib, &self.rss_mib)
     }
 }
 
@@ -96,26 +124,38 @@ fn measure(
     pacing: Option<&wrk::Pacing>,
     label: &str,
 ) -> Result<(WrkResult, Option<f64>)> {
+    let port = s.port;
+    let suffix = pacing.map_or(String::new(), |p| format!("  (think {} ms)", p.think_ms));
+    measure_with(s, label, &suffix, || wrk::run(load, local(port), pacing))
+}
+
+/// One recorded run made by `run` against `s`, printed as it ends: what the load generator
+/// measured and the proxy's CPU time per request (per connection in the handshake case).
+fn measure_with(
+    s: &mut System,
+    label: &str,
+    suffix: &str,
+    run: impl FnOnce() -> Result<WrkResult>,
+) -> Result<(WrkResult, Option<f64>)> {
     let guard = s
         .guard
         .as_mut()
         .with_context(|| format!("{} is not running", s.name))?;
     let cpu_before = cpu_time(guard);
-    let r = wrk::run(load, local(s.port), pacing)?;
+    let r = run()?;
     let cpu = cpu_before
         .zip(cpu_time(guard))
         .filter(|_| r.requests > 0)
         .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / r.requests as f64);
     println!(
         "{label} {:<8} {:>10.0} req/s  p50 {:.3} ms  p99 {:.3} ms  failed {}  \
-         proxy cpu {} us/request{}",
+         proxy cpu {} us/request{suffix}",
         s.name,
         r.rps,
         r.p50_ms,
         r.p99_ms,
         r.failed(),
         cpu.map_or("?".into(), |c| format!("{c:.1}")),
-        pacing.map_or(String::new(), |p| format!("  (think {} ms)", p.think_ms)),
     );
     Ok((r, cpu))
 }
@@ -139,7 +179,11 @@ fn env_num_or_off(name: &str, default: u64) -> Result<Option<u64>> {
 }
 
 fn main() -> Result<()> {
-    let rounds = env_num("LB_BENCH_ROUNDS", 9)?;
+    // `BENCH_ROUNDS` (the other benches' name) counts when `LB_BENCH_ROUNDS` is not set.
+    let rounds = match std::env::var_os("LB_BENCH_ROUNDS") {
+        None if std::env::var_os("BENCH_ROUNDS").is_some() => env_num("BENCH_ROUNDS", 9)?,
+        _ => env_num("LB_BENCH_ROUNDS", 9)?,
+    };
     let load = Load {
         threads: u32::try_from(env_num("LB_BENCH_THREADS", 2)?)?,
         connections: u32::try_from(env_num("LB_BENCH_CONNECTIONS", 64)?)?,
@@ -148,9 +192,21 @@ fn main() -> Result<()> {
     let lb_bin = std::env::var_os("LB_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/release/lb"));
+    let selection = Selection::parse(std::env::var("LB_BENCH_CASES").ok().as_deref())?;
     let tools = setup::ensure();
     let think_ms = env_num_or_off("LB_BENCH_THINK_MS", 1)?;
     let mut report = Report::new(load, rounds, think_ms);
+    let mut selection = selection;
+    if selection.cases.contains(&Case::Idle)
+        && let Err(e) = idle::raise_nofile()
+    {
+        report.not_measured(format!("idle connections: {e:#}"));
+        selection.cases.retain(|&c| c != Case::Idle);
+    }
+    if selection.cases.contains(&Case::H2) && !tools.has("nghttp2-client") {
+        report.not_measured("HTTP/2 over TLS: no h2load (nghttp2-client)".into());
+        selection.cases.retain(|&c| c != Case::H2);
+    }
     for (pkg, why) in &tools.missing {
         report.not_measured(format!("{pkg}: {why}"));
     }
@@ -165,8 +221,9 @@ fn main() -> Result<()> {
         bail!("nginx is not available");
     }
     report.header(format!(
-        "wrk: {}; haproxy: {}; nginx: {}; lb: {} ({})",
+        "wrk: {}; h2load: {}; haproxy: {}; nginx: {}; lb: {} ({})",
         version("/usr/bin/wrk", "-v"),
+        version("/usr/bin/h2load", "--version"),
         version("/usr/sbin/haproxy", "-v"),
         version("/usr/sbin/nginx", "-v"),
         version(&lb_bin.display().to_string(), "--version"),
@@ -177,8 +234,9 @@ fn main() -> Result<()> {
     let pacing = think_ms
         .map(|ms| wrk::Pacing::write(&scratch.path, ms))
         .transpose()?;
+    let cert = cert::generate(&scratch.dir("cert")?)?;
     let _backend = peers::start_backend(&scratch, &ports)?;
-    let mut systems = start_systems(&lb_bin, &scratch, &ports, &tools, &mut report);
+    let mut systems = start_systems(&lb_bin, &scratch, &ports, &cert, &tools, &mut report);
     let n = systems.len();
     for round in 0..rounds {
         for i in 0..n {
@@ -186,24 +244,30 @@ fn main() -> Result<()> {
             if s.broken.is_some() {
                 continue;
             }
-            if let Err(e) = fresh_start(s, &lb_bin, &scratch, &ports, load) {
+            if let Err(e) = fresh_start(s, &lb_bin, &scratch, &ports, &cert, load) {
                 s.broken = Some(format!("{e:#}"));
                 continue;
             }
             let label = format!("round {}/{rounds}", round + 1);
-            let measured = measure(s, load, None, &label).and_then(|full| {
-                let paced = pacing.as_ref().map(|p| measure(s, load, Some(p), &label));
-                Ok((full, paced.transpose()?))
-            });
-            match measured {
-                Ok((full, paced)) => {
-                    s.full.push(full, round + 1);
-                    if let Some(paced) = paced {
-                        s.paced.push(paced, round + 1);
+            if selection.plain {
+                let measured = measure(s, load, None, &label).and_then(|full| {
+                    let paced = pacing.as_ref().map(|p| measure(s, load, Some(p), &label));
+                    Ok((full, paced.transpose()?))
+                });
+                match measured {
+                    Ok((full, paced)) => {
+                        s.full.push(full, round + 1);
+                        if let Some(paced) = paced {
+                            s.paced.push(paced, round + 1);
+                        }
+                    }
+                    Err(e) => {
+                        s.broken = Some(format!("{e:#}"));
+                        continue;
                     }
                 }
-                Err(e) => s.broken = Some(format!("{e:#}")),
             }
+            round::run_cases(s, &selection.cases, load, &scratch, &label, round + 1);
         }
     }
     // Maintenance toggles once a second: at least ten of them, whatever the round length.
@@ -221,11 +285,21 @@ fn main() -> Result<()> {
         if !s.paced.runs.is_empty() {
             report.paced(s.paced.figures(s.name));
         }
+        for &case in &selection.cases {
+            let runs = &s.cases[case.index()];
+            if let Some(why) = &runs.broken {
+                report.not_measured(format!("{} {}: {why}", s.name, case.name()));
+            }
+            if !runs.runs.is_empty() {
+                report.case(case, runs.figures(s.name));
+            }
+        }
     }
     match systems
         .iter()
         .find(|s| s.name == "lb" && s.broken.is_none() && s.guard.is_some())
     {
+        Some(_) if !selection.plain => {}
         Some(_) => match maint::run(
             &lb_bin,
             ports.lb_api,
@@ -247,11 +321,17 @@ fn main() -> Result<()> {
 }
 
 /// Starts one proxy (its configuration written afresh).
-fn start(name: &str, lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+fn start(
+    name: &str,
+    lb_bin: &Path,
+    scratch: &Scratch,
+    ports: &Ports,
+    cert: &Cert,
+) -> Result<Guard> {
     match name {
-        "lb" => peers::start_lb(lb_bin, scratch, ports),
-        "haproxy" => peers::start_haproxy(scratch, ports),
-        _ => peers::start_nginx(scratch, ports),
+        "lb" => peers::start_lb(lb_bin, scratch, ports, cert),
+        "haproxy" => peers::start_haproxy(scratch, ports, cert),
+        _ => peers::start_nginx(scratch, ports, cert),
     }
 }
 
@@ -262,12 +342,13 @@ fn fresh_start(
     lb_bin: &Path,
     scratch: &Scratch,
     ports: &Ports,
+    cert: &Cert,
     load: Load,
 ) -> Result<()> {
     // Dropping the guard stops the process and waits for it (the port is free again).
     s.guard = None;
-    let guard =
-        start(s.name, lb_bin, scratch, ports).with_context(|| format!("restarting {}", s.name))?;
+    let guard = start(s.name, lb_bin, scratch, ports, cert)
+        .with_context(|| format!("restarting {}", s.name))?;
     s.guard = Some(guard);
     let warm = Load {
         duration: WARM_UP,
@@ -286,12 +367,13 @@ fn start_systems(
     lb_bin: &Path,
     scratch: &Scratch,
     ports: &Ports,
+    cert: &Cert,
     tools: &setup::Tools,
     report: &mut Report,
 ) -> Vec<System> {
-    let mut names: Vec<(&'static str, u16)> = Vec::new();
+    let mut names: Vec<(&'static str, u16, u16)> = Vec::new();
     if lb_bin.exists() {
-        names.push(("lb", ports.lb));
+        names.push(("lb", ports.lb, ports.lb_tls));
     } else {
         report.not_measured(format!(
             "lb: {} does not exist (cargo build --release -p lb-userspace)",
@@ -299,18 +381,20 @@ fn start_systems(
         ));
     }
     if tools.has("haproxy") {
-        names.push(("haproxy", ports.haproxy));
+        names.push(("haproxy", ports.haproxy, ports.haproxy_tls));
     }
-    names.push(("nginx", ports.nginx));
+    names.push(("nginx", ports.nginx, ports.nginx_tls));
     let mut out = Vec::new();
-    for (name, port) in names {
-        match start(name, lb_bin, scratch, ports) {
+    for (name, port, tls_port) in names {
+        match start(name, lb_bin, scratch, ports, cert) {
             Ok(guard) => out.push(System {
                 name,
                 port,
+                tls_port,
                 guard: Some(guard),
                 full: Runs::default(),
                 paced: Runs::default(),
+                cases: Default::default(),
                 broken: None,
             }),
             Err(e) => report.not_measured(format!("{name}: could not start: {e:#}")),

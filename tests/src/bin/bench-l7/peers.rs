@@ -6,7 +6,10 @@
 //!   plus two more server blocks that log each request for the Maintenance run;
 //! - the three proxies in front of it, configured alike: 2 workers, keep-alive towards
 //!   clients and a reused upstream pool, no access logs,
-//!   and X-Forwarded-For / X-Forwarded-Proto added (our HTTP vServices add them by default).
+//!   and X-Forwarded-For / X-Forwarded-Proto added (our HTTP vServices add them by default);
+//!   each also listens with TLS (the bench's ECDSA P-256 certificate, ALPN h2 and http/1.1,
+//!   session resumption as each does by default) in front of the same backend, and takes
+//!   [`IDLE_ROOM`] client connections.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,6 +20,7 @@ use anyhow::{Context, Result};
 
 use lb_tests::bench::{Guard, Scratch, free_port};
 
+use crate::cert::Cert;
 use crate::procs::wait_http_ok;
 
 /// Workers / threads of every proxy (`[proxy] workers` for ours, `nbthread` for HAProxy,
@@ -24,6 +28,9 @@ use crate::procs::wait_http_ok;
 pub const WORKERS: u32 = 2;
 /// How long a started server may take to answer 200.
 const READY_LIMIT: Duration = Duration::from_secs(15);
+/// Client connections each proxy must hold at once: the idle case's 10,000 and the active
+/// load beside them (HAProxy's `maxconn`; nginx's `worker_connections` per worker).
+pub const IDLE_ROOM: u32 = 10_300;
 /// The Backend Service names of the Maintenance run.
 pub const MAINT_BACKENDS: [&str; 2] = ["maint-a", "maint-b"];
 
@@ -43,6 +50,12 @@ pub struct Ports {
     pub haproxy: u16,
     /// nginx's reverse-proxy server.
     pub nginx: u16,
+    /// Our HTTP vService with TLS in front of `origin`.
+    pub lb_tls: u16,
+    /// HAProxy's TLS frontend.
+    pub haproxy_tls: u16,
+    /// nginx's TLS server.
+    pub nginx_tls: u16,
 }
 
 impl Ports {
@@ -56,6 +69,9 @@ impl Ports {
             lb_api: free_port()?,
             haproxy: free_port()?,
             nginx: free_port()?,
+            lb_tls: free_port()?,
+            haproxy_tls: free_port()?,
+            nginx_tls: free_port()?,
         })
     }
 }
@@ -129,14 +145,15 @@ pub fn start_backend(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
 }
 
 /// Starts nginx as a reverse proxy in front of the backend.
-pub fn start_nginx(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+pub fn start_nginx(scratch: &Scratch, ports: &Ports, cert: &Cert) -> Result<Guard> {
     let dir = scratch.dir("nginx")?;
     let conf = dir.join("nginx.conf");
     write(
         &conf,
         &format!(
             "user www-data;\nworker_processes {WORKERS};\nworker_rlimit_nofile 65536;\n\
-             pid {pid};\nerror_log {err} warn;\nevents {{ worker_connections 8192; }}\n\
+             pid {pid};\nerror_log {err} warn;\n\
+             events {{ worker_connections {IDLE_ROOM}; }}\n\
              http {{\n  access_log off;\n  keepalive_requests 10000000;\n  \
              keepalive_timeout 60s;\n  \
              upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; \
@@ -145,11 +162,21 @@ pub fn start_nginx(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
              proxy_pass http://origin;\n      proxy_http_version 1.1;\n      \
              proxy_set_header Connection \"\";\n      \
              proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n      \
+             proxy_set_header X-Forwarded-Proto $scheme;\n    }}\n  }}\n  \
+             server {{ listen 127.0.0.1:{tls} ssl http2;\n    \
+             ssl_certificate {cert};\n    ssl_certificate_key {key};\n    \
+             ssl_protocols TLSv1.3;\n    location / {{\n      \
+             proxy_pass http://origin;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n      \
+             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n      \
              proxy_set_header X-Forwarded-Proto $scheme;\n    }}\n  }}\n}}\n",
             pid = dir.join("nginx.pid").display(),
             err = dir.join("error.log").display(),
             origin = ports.origin,
             port = ports.nginx,
+            tls = ports.nginx_tls,
+            cert = cert.cert.display(),
+            key = cert.key.display(),
         ),
     )?;
     let mut g = Guard::spawn(
@@ -162,22 +189,31 @@ pub fn start_nginx(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
 }
 
 /// Starts HAProxy (`mode http`, `http-reuse always`, no log lines) in the foreground.
-pub fn start_haproxy(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+/// `no strict-limits`: HAProxy reserves two descriptors per `maxconn` (client and server
+/// side), more than a 20,000 open-file hard limit allows for [`IDLE_ROOM`], though idle
+/// client connections hold one each.
+pub fn start_haproxy(scratch: &Scratch, ports: &Ports, cert: &Cert) -> Result<Guard> {
     let dir = scratch.dir("haproxy")?;
     let conf = dir.join("haproxy.cfg");
     write(
         &conf,
         &format!(
-            "global\n  nbthread {WORKERS}\n  maxconn 4096\n  pidfile {pid}\n\
+            "global\n  nbthread {WORKERS}\n  maxconn {IDLE_ROOM}\n  no strict-limits\n  \
+             pidfile {pid}\n\
              defaults\n  mode http\n  option http-keep-alive\n  option forwardfor\n  \
              http-reuse always\n  timeout connect 5s\n  timeout client 30s\n  \
              timeout server 30s\n  timeout http-keep-alive 60s\n\
              frontend fe\n  bind 127.0.0.1:{port}\n  \
              http-request set-header X-Forwarded-Proto http\n  default_backend be\n\
+             frontend fe_tls\n  \
+             bind 127.0.0.1:{tls} ssl crt {bundle} alpn h2,http/1.1 ssl-min-ver TLSv1.3\n  \
+             http-request set-header X-Forwarded-Proto https\n  default_backend be\n\
              backend be\n  server origin 127.0.0.1:{origin}\n",
             pid = dir.join("haproxy.pid").display(),
             origin = ports.origin,
             port = ports.haproxy,
+            tls = ports.haproxy_tls,
+            bundle = cert.bundle.display(),
         ),
     )?;
     let mut g = Guard::spawn(
@@ -192,11 +228,11 @@ pub fn start_haproxy(scratch: &Scratch, ports: &Ports) -> Result<Guard> {
     Ok(g)
 }
 
-/// Starts `lb run` with two HTTP vServices (the measured one over `origin`, and the
-/// Maintenance run's over the two logging backends) and its API; no Network vService, so
+/// Starts `lb run` with three HTTP vServices (the measured one over `origin`, the same with
+/// TLS, and the Maintenance run's over the two logging backends) and its API; no Network vService, so
 /// it runs without XDP. Health reflection is immediate and no health check is configured,
 /// so every backend is OK from the start. Logs at `warn` only, like the others' logs off.
-pub fn start_lb(lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard> {
+pub fn start_lb(lb_bin: &Path, scratch: &Scratch, ports: &Ports, cert: &Cert) -> Result<Guard> {
     let dir = scratch.dir("lb")?;
     let conf = dir.join("lb.toml");
     let [a, b] = MAINT_BACKENDS;
@@ -211,13 +247,19 @@ pub fn start_lb(lb_bin: &Path, scratch: &Scratch, ports: &Ports) -> Result<Guard
              [[vservice]]\nname = \"bench\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
              port = {port}\nbackends = [\"origin\"]\n\n\
              [[vservice]]\nname = \"maint\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
-             port = {mport}\nbackends = [\"{a}\", \"{b}\"]\n",
+             port = {mport}\nbackends = [\"{a}\", \"{b}\"]\n\n\
+             [[vservice]]\nname = \"bench-tls\"\nkind = \"http\"\naddress = \"127.0.0.1\"\n\
+             port = {tls}\nbackends = [\"origin\"]\n\n\
+             [vservice.tls]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
             api = ports.lb_api,
             origin = ports.origin,
             pa = ports.maint[0],
             pb = ports.maint[1],
             port = ports.lb,
             mport = ports.lb_maint,
+            tls = ports.lb_tls,
+            cert = cert.cert.display(),
+            key = cert.key.display(),
         ),
     )?;
     let mut g = Guard::spawn(

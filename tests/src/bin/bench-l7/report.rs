@@ -4,6 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::cases::Case;
+use crate::h2load;
+use crate::idle;
 use crate::maint::MaintReport;
 use crate::peers::{MAINT_BACKENDS, WORKERS};
 use crate::wrk::{Load, WrkResult};
@@ -20,6 +23,10 @@ pub struct SystemFigures {
     failed: u64,
     /// Median CPU microseconds per request of the proxy's processes (None: not measured).
     cpu_us: Option<f64>,
+    /// Median RSS growth per idle connection, KiB (the idle case only).
+    mem_kib: Option<f64>,
+    /// Median whole RSS with the idle connections open, MiB (the idle case only).
+    rss_mib: Option<f64>,
 }
 
 /// Median of a non-empty list (the mean of the two middle values for an even count).
@@ -129,7 +136,71 @@ impl SystemFigures {
                 .collect(),
             failed: runs.iter().map(WrkResult::failed).sum(),
             cpu_us: (!cpu_us.is_empty()).then(|| median(cpu_us.to_vec())),
+            mem_kib: None,
+            rss_mib: None,
         }
+    }
+
+    /// Adds the medians of the RSS growth per idle connection (KiB) and of the whole RSS with
+    /// them open (MiB) of each run, if any.
+    pub fn with_memory(mut self, mem_kib: &[f64], rss_mib: &[f64]) -> Self {
+        self.mem_kib = (!mem_kib.is_empty()).then(|| median(mem_kib.to_vec()));
+        self.rss_mib = (!rss_mib.is_empty()).then(|| median(rss_mib.to_vec()));
+        self
+    }
+}
+
+/// How a case is named in the report: its heading, what it runs, and the word its
+/// comparison lines carry (`ratio HTTPS keep-alive vs haproxy`).
+fn case_text(case: Case, l: Load) -> (&'static str, String, &'static str) {
+    match case {
+        Case::Https => (
+            "HTTPS keep-alive",
+            format!(
+                "wrk -t{} -c{} on https:// (TLS 1.3, HTTP/1.1: wrk offers no ALPN), \
+                 connections kept alive.",
+                l.threads, l.connections
+            ),
+            " HTTPS keep-alive",
+        ),
+        Case::Handshake => (
+            "HTTPS handshakes",
+            format!(
+                "wrk -t{} -c{} on https:// with `Connection: close`: every request on a new \
+                 TLS 1.3 connection (wrk does not resume sessions), so req/s = new TLS \
+                 connections per second and CPU per request = CPU per handshake.",
+                l.threads, l.connections
+            ),
+            " handshakes",
+        ),
+        Case::H2 => (
+            "HTTP/2 over TLS",
+            format!(
+                "h2load -t{} -c{} -m{} (ALPN h2, TLS 1.3); p50/p99 from h2load's per-request \
+                 log.",
+                l.threads,
+                h2load::CONNECTIONS,
+                h2load::STREAMS
+            ),
+            " HTTP/2",
+        ),
+        Case::Idle => (
+            "Idle keep-alive connections",
+            format!(
+                "The bench opens {} plain HTTP/1.1 keep-alive connections one by one, one \
+                 request each, and keeps them open; memory per idle connection = the proxy's \
+                 RSS (all its processes) after they are open minus before, / {} (memory a \
+                 proxy allocates up front for its connection limit, as nginx does for \
+                 `worker_connections`, is in the whole RSS column, not in the growth; kernel \
+                 socket buffers are in neither). Then wrk \
+                 -t{} -c16 on other connections while they stay open: req/s and p99 of those \
+                 active requests.",
+                idle::IDLE,
+                idle::IDLE,
+                l.threads
+            ),
+            " beside idle connections",
+        ),
     }
 }
 
@@ -144,6 +215,8 @@ pub struct Report {
     systems: Vec<SystemFigures>,
     /// Runs below saturation.
     paced: Vec<SystemFigures>,
+    /// Issue 22's cases, each with its systems' medians, in [`Case::ALL`] order.
+    cases: Vec<(Case, Vec<SystemFigures>)>,
     maintenance: Option<MaintReport>,
     not_measured: Vec<String>,
 }
@@ -158,6 +231,7 @@ impl Report {
             header: Vec::new(),
             systems: Vec::new(),
             paced: Vec::new(),
+            cases: Vec::new(),
             maintenance: None,
             not_measured: Vec::new(),
         }
@@ -176,6 +250,17 @@ impl Report {
     /// One system's medians with a pause per connection.
     pub fn paced(&mut self, f: SystemFigures) {
         self.paced.push(f);
+    }
+
+    /// One system's medians in one of issue 22's cases.
+    pub fn case(&mut self, case: Case, f: SystemFigures) {
+        match self.cases.iter_mut().find(|(c, _)| *c == case) {
+            Some((_, systems)) => systems.push(f),
+            None => {
+                self.cases.push((case, vec![f]));
+                self.cases.sort_by_key(|(c, _)| c.index());
+            }
+        }
     }
 
     /// The Maintenance run's result.
@@ -265,6 +350,12 @@ impl Report {
             table(&mut o, &self.paced);
             comparisons(&mut o, &self.paced, " below saturation");
         }
+        for (case, systems) in &self.cases {
+            let (title, what, kind) = case_text(*case, l);
+            let _ = writeln!(o, "### {title}\n\n{what}\n");
+            table(&mut o, systems);
+            comparisons(&mut o, systems, kind);
+        }
         if let Some(m) = &self.maintenance {
             let _ = writeln!(
                 o,
@@ -329,16 +420,28 @@ fn table(o: &mut String, systems: &[SystemFigures]) {
     if systems.is_empty() {
         return;
     }
+    let memory = systems.iter().any(|s| s.mem_kib.is_some());
     let _ = writeln!(
         o,
         "| system | req/s (median) | p50 latency | p99 latency | proxy CPU per request | \
-         req/s per round | failed requests |\n|---|---:|---:|---:|---:|---|---:|"
+         req/s per round | failed requests |{}\n|---|---:|---:|---:|---:|---|---:|{}",
+        if memory {
+            " memory per idle connection | RSS with them open |"
+        } else {
+            ""
+        },
+        if memory { "---:|---:|" } else { "" },
     );
     for s in systems {
         let each: Vec<String> = s.each_rps.iter().map(|r| format!("{r:.0}")).collect();
+        let mem = match (memory, s.mem_kib, s.rss_mib) {
+            (false, ..) => String::new(),
+            (true, Some(k), Some(m)) => format!(" {k:.2} KiB | {m:.1} MiB |"),
+            (true, ..) => " not measured | not measured |".into(),
+        };
         let _ = writeln!(
             o,
-            "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} |",
+            "| {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} |{mem}",
             s.name,
             s.rps,
             s.p50_ms,
@@ -365,6 +468,20 @@ fn comparisons(o: &mut String, systems: &[SystemFigures], kind: &str) {
             continue;
         };
         let _ = writeln!(o, "ratio{kind} vs {peer}: {:.2}  ", ours.rps / p.rps);
+        if let (Some(a), Some(b)) = (ours.mem_kib, p.mem_kib) {
+            let _ = writeln!(
+                o,
+                "memory per idle connection vs {peer}: {a:.2} KiB vs {b:.2} KiB (RSS growth)  "
+            );
+        }
+        if let (Some(a), Some(b)) = (ours.rss_mib, p.rss_mib) {
+            let _ = writeln!(
+                o,
+                "RSS with the idle connections open vs {peer}: {a:.1} MiB vs {b:.1} MiB \
+                 ({:.2}x)  ",
+                a / b
+            );
+        }
         if let (Some(a), Some(b)) = (ours.cpu_us, p.cpu_us) {
             let _ = writeln!(
                 o,

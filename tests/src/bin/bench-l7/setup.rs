@@ -1,4 +1,5 @@
-//! Installs wrk, HAProxy and nginx from Debian when missing, and makes sure their packaged
+//! Installs wrk, HAProxy, nginx, h2load (`nghttp2-client`) and the openssl CLI (the TLS
+//! cases' certificate) from Debian when missing, and makes sure their packaged
 //! system services are not running (the bench starts its own instances on loopback ports).
 //! Each package is installed on its own, so one that fails does not stop the others.
 
@@ -10,6 +11,8 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("wrk", "/usr/bin/wrk"),
     ("haproxy", "/usr/sbin/haproxy"),
     ("nginx", "/usr/sbin/nginx"),
+    ("nghttp2-client", "/usr/bin/h2load"),
+    ("openssl", "/usr/bin/openssl"),
 ];
 
 /// What the setup could provide.

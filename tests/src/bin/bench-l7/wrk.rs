@@ -67,7 +67,30 @@ impl Pacing {
     }
 }
 
-fn command(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Command {
+/// Where and how wrk sends its requests.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The proxy's address.
+    pub addr: SocketAddr,
+    /// `https://` instead of `http://` (wrk offers no ALPN, so HTTP/1.1 over TLS).
+    pub tls: bool,
+    /// Every request says `Connection: close`: one request per connection, so a run over
+    /// TLS counts full handshakes.
+    pub close: bool,
+}
+
+impl Target {
+    /// Plain HTTP/1.1 with keep-alive.
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            tls: false,
+            close: false,
+        }
+    }
+}
+
+fn command(load: Load, target: Target, pacing: Option<&Pacing>) -> Command {
     let mut cmd = Command::new("/usr/bin/wrk");
     cmd.arg(format!("-t{}", load.threads))
         .arg(format!("-c{}", load.connections))
@@ -76,13 +99,22 @@ fn command(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Command {
     if let Some(p) = pacing {
         cmd.arg("-s").arg(&p.script);
     }
-    cmd.arg(format!("http://{addr}/"));
+    if target.close {
+        cmd.args(["-H", "Connection: close"]);
+    }
+    let scheme = if target.tls { "https" } else { "http" };
+    cmd.arg(format!("{scheme}://{}/", target.addr));
     cmd
 }
 
-/// Runs wrk to completion against `addr`, paced when `pacing` is given.
+/// Runs wrk to completion against `addr` (plain HTTP/1.1), paced when `pacing` is given.
 pub fn run(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Result<WrkResult> {
-    let out = command(load, addr, pacing)
+    run_target(load, Target::plain(addr), pacing)
+}
+
+/// Runs wrk to completion against `target`, paced when `pacing` is given.
+pub fn run_target(load: Load, target: Target, pacing: Option<&Pacing>) -> Result<WrkResult> {
+    let out = command(load, target, pacing)
         .output()
         .context("starting /usr/bin/wrk")?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -99,7 +131,7 @@ pub fn run(load: Load, addr: SocketAddr, pacing: Option<&Pacing>) -> Result<WrkR
 
 /// Starts wrk in the background with its report going to `log` (read it with [`finish`]).
 pub fn start(load: Load, addr: SocketAddr, log: &Path) -> Result<Guard> {
-    Guard::spawn("wrk", &mut command(load, addr, None), log)
+    Guard::spawn("wrk", &mut command(load, Target::plain(addr), None), log)
 }
 
 /// Waits (bounded) for a wrk started with [`start`] and reads its report.
@@ -212,7 +244,7 @@ Transfer/sec:     12.00MB
                 connections: 64,
                 duration: Duration::from_secs(6),
             },
-            "127.0.0.1:8080".parse().unwrap(),
+            Target::plain("127.0.0.1:8080".parse().unwrap()),
             Some(&p),
         );
         let args: Vec<String> = cmd
@@ -229,6 +261,37 @@ Transfer/sec:     12.00MB
                 "-s",
                 &p.script.display().to_string(),
                 "http://127.0.0.1:8080/"
+            ]
+        );
+    }
+
+    /// Issue 22: the handshake case sends `Connection: close` over https://.
+    #[test]
+    fn the_handshake_target_closes_every_connection_over_tls() {
+        let load = Load {
+            threads: 2,
+            connections: 64,
+            duration: Duration::from_secs(6),
+        };
+        let target = Target {
+            addr: "127.0.0.1:8443".parse().unwrap(),
+            tls: true,
+            close: true,
+        };
+        let args: Vec<String> = command(load, target, None)
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "-t2",
+                "-c64",
+                "-d6s",
+                "--latency",
+                "-H",
+                "Connection: close",
+                "https://127.0.0.1:8443/"
             ]
         );
     }
