@@ -29,8 +29,9 @@ const ROUNDS: usize = 3;
 /// The vService's client timeout, seconds: long enough for the daemon's once-a-second
 /// memory check to see a burst while it is open.
 const CLIENT_TIMEOUT: f64 = 2.0;
-/// Anonymous memory a burst may leave behind once it is over.
-const SETTLED_BOUND_KIB: u64 = 1024;
+/// Anonymous memory a burst may leave behind once it is over (0.3-0.9 MiB measured; without
+/// the trim it was 2.4 MiB after one burst, and 6 MiB with the old buffers too).
+const SETTLED_BOUND_KIB: u64 = 1536;
 /// Anonymous memory one open slow connection may take at most (it was ~40 KiB).
 const PER_SLOW_BOUND_KIB: u64 = 24;
 
@@ -145,7 +146,7 @@ fn lb_run(config: &Path, log: &Path) -> KillOnDrop {
 
 /// issue 20: three bursts of 200 slowloris clients; each slow connection takes at most
 /// 24 KiB while open, and once every burst is closed the daemon's heap returns within
-/// 1 MiB of where it was before the first.
+/// 1.5 MiB of where it was before the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_of_slow_clients_leave_no_memory_behind() {
     let (http, _backend) = named_server("ok").await;

@@ -69,10 +69,13 @@ pub(crate) fn spawn() -> tokio::task::JoinHandle<()> {
             tick.tick().await;
             let Some(in_use) = heap_in_use() else { return };
             if policy.sample(in_use) {
+                let started = std::time::Instant::now();
                 let returned = trim();
                 debug!(
                     in_use_kib = in_use / 1024,
-                    returned, "freed heap memory returned to the system"
+                    returned,
+                    took_us = started.elapsed().as_micros(),
+                    "freed heap memory returned to the system"
                 );
             }
         }
