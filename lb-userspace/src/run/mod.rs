@@ -6,6 +6,7 @@
 //! other's way: the API reads the daemon, the daemon knows nothing of the API.
 
 mod handover;
+mod memory;
 mod notify;
 
 use std::net::SocketAddr;
@@ -119,6 +120,7 @@ async fn serve(
         info!("took over from the previous lb run, which now drains");
     }
     cluster.follow();
+    let trimmer = memory::spawn();
     let (handed_over, mut successor) = mpsc::channel(1);
     let waiting = wait_for_successor(&config_path, daemon.clone(), api_socket, handed_over);
     let mut hup = signal(SignalKind::hangup())?;
@@ -146,6 +148,7 @@ async fn serve(
         }
     };
     notify::stopping();
+    trimmer.abort();
     // A successor follows etcd from now on (and writes the file); this process stops at once.
     cluster.stop().await;
     if let Some(task) = waiting {

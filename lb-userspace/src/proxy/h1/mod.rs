@@ -33,11 +33,9 @@ use super::tcp::tunnel;
 use super::upstream::connect_backend;
 use crate::config::{HeaderLimits, Persistence, Timeouts};
 use head::{Framing, Head, HeadError, Parsed};
-use io::{BodyCopy, CopyError, ReadError, fill, send};
+use io::{BodyCopy, CopyError, ReadError, fill, fill_head, send};
 use rewrite::{response_head, upstream_head};
 
-/// Initial capacity of the per-connection buffers.
-const BUF: usize = 8 * 1024;
 /// How long an idle keep-alive connection of a closing listener waits for a request already
 /// on its way before it closes.
 const CLOSING_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
@@ -95,10 +93,12 @@ pub(crate) async fn serve(
         client,
         peer,
         peer_text: peer.ip().to_canonical().to_string(),
-        cbuf: BytesMut::with_capacity(BUF),
-        ubuf: BytesMut::with_capacity(BUF),
-        out: Vec::with_capacity(BUF),
-        uphead: Vec::with_capacity(1024),
+        // Allocated when first used: a connection that never completes a request head
+        // (idle, slowloris) holds only the small buffer its head was read into.
+        cbuf: BytesMut::new(),
+        ubuf: BytesMut::new(),
+        out: Vec::new(),
+        uphead: Vec::new(),
         req: Head::default(),
         resp: Head::default(),
         phase,
@@ -156,7 +156,7 @@ impl Conn {
                 }
             }
             let idle = self.cbuf.is_empty();
-            let read = fill(&mut self.client, &mut self.cbuf, deadline);
+            let read = fill_head(&mut self.client, &mut self.cbuf, deadline);
             let result = if idle {
                 tokio::select! {
                     r = read => r,
@@ -165,7 +165,7 @@ impl Conn {
                         // answer closes the connection) rather than cut by a close the
                         // client cannot tell from a failure.
                         let grace = Instant::now() + CLOSING_GRACE;
-                        match fill(&mut self.client, &mut self.cbuf, grace).await {
+                        match fill_head(&mut self.client, &mut self.cbuf, grace).await {
                             Ok(_) => continue,
                             Err(_) => return false,
                         }
@@ -449,7 +449,7 @@ impl Conn {
             tokio::select! {
                 biased;
                 answered = &mut answer => return answered.map(|_| ()),
-                read = fill(client, cbuf, deadline) => match read {
+                read = fill_head(client, cbuf, deadline) => match read {
                     Ok(_) => {}
                     Err(ReadError::TimedOut) => return Err(ReadError::TimedOut),
                     Err(_) => return Err(ReadError::Cancelled),
