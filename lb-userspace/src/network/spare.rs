@@ -58,11 +58,11 @@ impl Pool {
     /// budget.
     pub fn swapped(&mut self, tables: Vec<(u32, Table)>) {
         for (vip_id, table) in tables {
-            if let Some(old) = self.active.insert(vip_id, table) {
-                if self.spare_bytes + old.bytes() <= SPARE_BUDGET {
-                    self.spare_bytes += old.bytes();
-                    self.spares.insert(vip_id, old);
-                }
+            if let Some(old) = self.active.insert(vip_id, table)
+                && self.spare_bytes + old.bytes() <= SPARE_BUDGET
+            {
+                self.spare_bytes += old.bytes();
+                self.spares.insert(vip_id, old);
             }
         }
     }

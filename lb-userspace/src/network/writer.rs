@@ -256,10 +256,10 @@ impl<'a> Owners<'a> {
         used: &SlotSet,
     ) -> Option<&'a SlotState> {
         let same = |s: &&SlotState| s.address == address && s.port == port;
-        if let Some(s) = self.previous.get(position).filter(same) {
-            if !used.contains(s.slot) {
-                return Some(s);
-            }
+        if let Some(s) = self.previous.get(position).filter(same)
+            && !used.contains(s.slot)
+        {
+            return Some(s);
         }
         let previous = self.previous;
         let by_address = self.by_address.get_or_insert_with(|| {
