@@ -12,12 +12,14 @@
 //! inside the batch, which is no slower than before). Each VIP's slot still changes from one
 //! whole table to another.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
-use aya::maps::{Array, ArrayOfMaps, Map, MapData, PerCpuArray};
-use aya_obj::generated::{bpf_cmd, bpf_map_type};
+use aya::maps::{Array, MapData, PerCpuArray};
+use aya_obj::generated::bpf_cmd;
 use lb_common::{BackendSlot, Counters, MAGLEV_TABLE_FLAGS};
+
+use super::{btf, sys};
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]
@@ -73,16 +75,15 @@ fn unsupported(error: &std::io::Error) -> bool {
 
 /// Swaps every `(vip id, table)` into MAGLEV (`maglev_fd`) in one batch, falling back to
 /// one update each where batches are not supported.
-pub(crate) fn swap_tables(
-    maglev: &mut ArrayOfMaps<MapData, Array<MapData, u32>>,
-    maglev_fd: BorrowedFd<'_>,
-    tables: &[(u32, Table)],
-) -> Result<()> {
+pub(crate) fn swap_tables(maglev_fd: BorrowedFd<'_>, tables: &[(u32, Table)]) -> Result<()> {
     if tables.is_empty() {
         return Ok(());
     }
     let keys: Vec<u32> = tables.iter().map(|(id, _)| *id).collect();
-    let fds: Vec<u32> = tables.iter().map(|(_, t)| t.fd as u32).collect();
+    let fds: Vec<u32> = tables
+        .iter()
+        .map(|(_, t)| t.fd.as_raw_fd() as u32)
+        .collect();
     let count = u32::try_from(keys.len()).context("number of tables")?;
     match update_batch(
         maglev_fd.as_raw_fd() as u32,
@@ -93,8 +94,8 @@ pub(crate) fn swap_tables(
         Ok(n) if n == count => Ok(()),
         Ok(n) => bail!("BPF_MAP_UPDATE_BATCH swapped {n} of {count} Maglev tables"),
         Err(e) if unsupported(&e) => {
-            for (id, table) in tables {
-                maglev.set(*id, &table.array, 0).with_context(|| {
+            for ((id, _), fd) in tables.iter().zip(&fds) {
+                sys::update_u32(maglev_fd, *id, *fd).with_context(|| {
                     format!(
                         "swapping in the Maglev table of VIP id {id} (a data path pinned by \
                          another version of lb may want other table flags: `lb unload` it, \
@@ -108,66 +109,108 @@ pub(crate) fn swap_tables(
     }
 }
 
-/// A filled Maglev table not yet in MAGLEV.
+/// A Maglev table this process made, with its memory mapping (`BPF_F_MMAPABLE`): written
+/// with plain stores, no system call per entry. A table is filled before it is swapped
+/// in, so a packet never sees a half-written one.
 pub(crate) struct Table {
-    /// The array (its descriptor closes with it).
-    pub array: Array<MapData, u32>,
-    /// The array's descriptor number, valid while `array` lives.
-    fd: RawFd,
+    /// The map (it lives while this descriptor, a pin or MAGLEV holds it).
+    pub fd: OwnedFd,
+    len: u32,
+    base: *mut u8,
+    bytes: usize,
 }
+
+// SAFETY: the mapping belongs to this value alone; moving it to another thread moves the
+// only access to it.
+unsafe impl Send for Table {}
 
 /// Where entry i of a `u32` array sits in its memory mapping: the kernel rounds array
 /// elements up to 8 bytes.
 const MAPPED_STRIDE: usize = 8;
 
-/// A new inner Maglev array holding `table` (entry i = backend slot of index i), written
-/// through its memory mapping (one copy, no system call per entry).
-pub(crate) fn maglev_table(table: &[u32]) -> Result<Table> {
-    let size = u32::try_from(table.len()).context("Maglev table size")?;
-    let obj = aya_obj::Map::new_from_params(
-        bpf_map_type::BPF_MAP_TYPE_ARRAY as u32,
-        4,
-        4,
-        size,
-        MAGLEV_TABLE_FLAGS,
-    );
-    let data = MapData::create(obj, "maglev_table", None).context("creating the table")?;
-    let fd = data.fd().as_fd().as_raw_fd();
-    write_mapped(fd, table).context("writing the new table through its mapping")?;
-    let array: Array<MapData, u32> =
-        Array::try_from(Map::Array(data)).context("the new table as an array")?;
-    Ok(Table { array, fd })
+impl Table {
+    /// A new, zeroed inner Maglev array of `len` entries for VIP `vip_id`. With `btf` (see
+    /// `btf.rs`) bpftool prints its entries as numbers; a kernel that refuses it gets a
+    /// table without.
+    pub fn create(vip_id: u32, len: u32, btf: Option<BorrowedFd<'_>>) -> Result<Table> {
+        let name = format!("maglev_{vip_id}");
+        let spec = |btf| sys::ArraySpec {
+            name: &name,
+            value_size: 4,
+            max_entries: len,
+            flags: MAGLEV_TABLE_FLAGS,
+            btf,
+        };
+        let typed = btf.map(|fd| (fd, btf::KEY_TYPE, btf::VALUE_TYPE));
+        let fd = match sys::create_array(&spec(typed)) {
+            Err(e) if typed.is_some() && e.raw_os_error() == Some(libc::EINVAL) => {
+                sys::create_array(&spec(None))
+            }
+            other => other,
+        }
+        .context("creating the table")?;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let bytes = (len as usize * MAPPED_STRIDE).div_ceil(page) * page;
+        // SAFETY: a shared read-write mapping of a BPF array's values; the kernel checks
+        // that `bytes` does not exceed them. Nothing else aliases the new mapping.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the table");
+        }
+        Ok(Table {
+            fd,
+            len,
+            base: base.cast(),
+            bytes,
+        })
+    }
+
+    /// Entries.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Kernel memory the table holds (its pages).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Makes the table hold `entries` (at most `len`), storing only the entries that
+    /// differ; returns how many it stored. Only for a table no program reads: a new one,
+    /// or one swapped out of MAGLEV (the swap returns once no program still reads it).
+    pub fn write(&mut self, entries: impl Iterator<Item = u32>) -> usize {
+        let mut stored = 0;
+        for (i, slot) in entries.take(self.len as usize).enumerate() {
+            // SAFETY: i < len, so i * 8 + 4 <= len * 8 <= bytes, and the page-aligned base
+            // plus a multiple of 8 is aligned for u32.
+            let entry = unsafe { self.base.add(i * MAPPED_STRIDE).cast::<u32>() };
+            // SAFETY: as above; the mapping lives as long as `self`.
+            unsafe {
+                if entry.read() != slot {
+                    entry.write(slot);
+                    stored += 1;
+                }
+            }
+        }
+        stored
+    }
 }
 
-/// Copies `table` into the memory of the BPF_F_MMAPABLE array `fd` (at least as long).
-fn write_mapped(fd: RawFd, table: &[u32]) -> std::io::Result<()> {
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    let len = (table.len() * MAPPED_STRIDE).div_ceil(page) * page;
-    // SAFETY: a shared read-write mapping of a BPF array's values; the kernel checks that
-    // `len` does not exceed them. Nothing else aliases the new mapping.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `create` made; the map keeps its contents.
+        unsafe { libc::munmap(self.base.cast(), self.bytes) };
     }
-    let base = base.cast::<u8>();
-    for (i, slot) in table.iter().enumerate() {
-        // SAFETY: i * 8 + 4 <= table.len() * 8 <= len, and the page-aligned base plus a
-        // multiple of 8 is aligned for u32.
-        unsafe { base.add(i * MAPPED_STRIDE).cast::<u32>().write(*slot) };
-    }
-    // SAFETY: unmaps exactly the mapping made above; the writes stay in the map.
-    unsafe { libc::munmap(base.cast(), len) };
-    Ok(())
 }
 
 /// Writes backend slots into BACKENDS (`fd`) in one batch, falling back to one update each.

@@ -5,6 +5,7 @@
 //! the pins instead of loading a second copy.
 
 use std::fs;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use aya_obj::programs::XdpAttachType;
 use lb_common::names;
 
 use super::maps::Maps;
+use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
@@ -63,6 +65,10 @@ pub struct DataPath {
     adopted: bool,
     /// True once this process has written the maps: the state then matches them exactly.
     pub(crate) written: bool,
+    /// The type information of the Maglev tables this process creates (`btf.rs`).
+    pub(crate) table_btf: Option<OwnedFd>,
+    /// The Maglev tables this process made, in use and spare.
+    pub(crate) pool: Pool,
 }
 
 fn prog_pin(dir: &Path) -> PathBuf {
@@ -203,6 +209,8 @@ impl DataPath {
             pin_dir: opts.pin_dir.clone(),
             adopted: false,
             written: false,
+            table_btf: super::btf::load(),
+            pool: Pool::default(),
         })
     }
 
@@ -223,6 +231,8 @@ impl DataPath {
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
             written: false,
+            table_btf: super::btf::load(),
+            pool: Pool::default(),
         })
     }
 

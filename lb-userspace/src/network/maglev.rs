@@ -45,17 +45,28 @@ pub struct MaglevBackend<'a> {
 /// only lets primes through, and a non-prime size could leave slots no backend ever prefers.
 /// Backends sharing one key hash to the same preferences; they are ordered by weight, then value.
 pub fn build(backends: &[MaglevBackend<'_>], size: u32) -> Option<Vec<u32>> {
+    let mut live: Vec<&MaglevBackend<'_>> = backends.iter().filter(|b| b.weight > 0).collect();
+    live.sort_unstable_by(|a, b| (a.key, a.weight, a.value).cmp(&(b.key, b.weight, b.value)));
+    let order: Vec<(&str, u32)> = live.iter().map(|b| (b.key, b.weight)).collect();
+    let positions = build_positions(&order, size)?;
+    Some(positions.iter().map(|&p| live[p as usize].value).collect())
+}
+
+/// The table as positions in `live`: the backends of weight > 0 as `(key, weight)`, in the
+/// order `build` uses (sorted by key, weight, then value). Entry `i` of the result is the
+/// position of the backend that entry `i` of `build`'s table holds. It depends on nothing
+/// else, so VIPs whose ordered lists are equal share one computation and differ only in
+/// the values they write. None as for `build`.
+pub fn build_positions(live: &[(&str, u32)], size: u32) -> Option<Vec<u32>> {
     if !is_prime(size) {
         error!(size, "maglev table size is not prime; no table built");
         return None;
     }
-    let mut live: Vec<&MaglevBackend<'_>> = backends.iter().filter(|b| b.weight > 0).collect();
-    if live.is_empty() {
+    if live.is_empty() || live.iter().any(|&(_, w)| w == 0) {
         return None;
     }
-    live.sort_unstable_by(|a, b| (a.key, a.weight, a.value).cmp(&(b.key, b.weight, b.value)));
-    let max_weight = u128::from(live.iter().map(|b| b.weight).max().unwrap_or(1));
-    let mut cursors: Vec<Cursor> = live.iter().map(|b| Cursor::new(b.key, size)).collect();
+    let max_weight = u128::from(live.iter().map(|b| b.1).max().unwrap_or(1));
+    let mut cursors: Vec<Cursor> = live.iter().map(|b| Cursor::new(b.0, size)).collect();
     let mut turns = vec![0u128; live.len()];
     let mut table = vec![0u32; size as usize];
     let mut used = vec![false; size as usize];
@@ -65,14 +76,15 @@ pub fn build(backends: &[MaglevBackend<'_>], size: u32) -> Option<Vec<u32>> {
     // loop ends after at most `size` rounds.
     while filled < size {
         round += 1;
-        for (i, backend) in live.iter().enumerate() {
-            if turns[i] * max_weight >= round * u128::from(backend.weight) {
+        for (i, &(_, weight)) in live.iter().enumerate() {
+            if turns[i] * max_weight >= round * u128::from(weight) {
                 continue;
             }
             turns[i] += 1;
             let slot = cursors[i].next_free(&used);
             used[slot] = true;
-            table[slot] = backend.value;
+            // Positions fit: a list longer than u32 could not be built in memory.
+            table[slot] = i as u32;
             filled += 1;
             if filled == size {
                 break;
@@ -80,6 +92,18 @@ pub fn build(backends: &[MaglevBackend<'_>], size: u32) -> Option<Vec<u32>> {
         }
     }
     Some(table)
+}
+
+/// The digest (module docs) of a table given as positions in `keys` (`build_positions`).
+pub fn digest_of_positions(positions: &[u32], keys: &[&str]) -> u64 {
+    let hashes: Vec<u64> = keys.iter().map(|k| hash(0x03, k)).collect();
+    let empty = hash(0x03, "");
+    fold(
+        positions.len(),
+        positions
+            .iter()
+            .map(|&p| hashes.get(p as usize).copied().unwrap_or(empty)),
+    )
 }
 
 /// The digest (module docs) of `table`, built from `backends`: entries name backends by

@@ -1,16 +1,21 @@
 //! Network vServices: Maglev tables, the XDP loader and the map writer.
 
 mod batch;
+mod btf;
+mod build;
 mod filter;
 mod loader;
 pub mod maglev;
 mod maps;
 mod nat;
 mod object;
+mod pins;
 mod plan;
 mod reflect;
+mod spare;
 mod state;
 mod status;
+mod sys;
 mod table;
 mod writer;
 

@@ -1,13 +1,14 @@
 //! What the XDP maps should hold, derived from the configuration and backend health.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
 
 use crate::config::{
     ByName, Config, FastMap, FastSet, Forwarding, PortSpec, VService, VServiceKind,
 };
-use crate::selection::{Health, Model};
+use crate::selection::{ApplyAdmin, ApplyHealth, Health, Model, Policy};
 
 /// One Network vService as the data path sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,15 +25,16 @@ pub struct VipPlan {
     pub dsr: bool,
     /// Maglev table size (prime).
     pub table_size: u32,
-    /// The list, groups expanded, in order.
-    pub backends: Vec<BackendPlan>,
+    /// The list, groups expanded, in order; shared by the VIPs whose lists, selection
+    /// policies and families are the same (they plan alike).
+    pub backends: Arc<[BackendPlan]>,
 }
 
 /// One backend of a VIP.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendPlan {
-    /// Backend Service name.
-    pub name: String,
+    /// Backend Service name (shared, not copied, by every VIP that lists it).
+    pub name: Arc<str>,
     /// Its address.
     pub address: IpAddr,
     /// Its port (0 keeps the client's destination port).
@@ -53,6 +55,20 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
     let model = Model::from_config(cfg);
     let mut out = Vec::new();
     let by_name = ByName::new(cfg);
+    let names: FastMap<&str, Arc<str>> = cfg
+        .backend_services
+        .iter()
+        .map(|s| (s.name.as_str(), Arc::from(s.name.as_str())))
+        .collect();
+    let planner = Planner {
+        model: &model,
+        by_name: &by_name,
+        names: &names,
+        health,
+    };
+    // One plan per distinct list: 1,000 VIPs over one farm are planned once, not 1,000
+    // times (what a backend failing on all of them costs).
+    let mut lists: FastMap<ListKey<'_>, Arc<[BackendPlan]>> = FastMap::default();
     for vs in cfg.vservices.iter().filter(|v| v.kind.is_network()) {
         let (proto, ports) = match (vs.kind, vs.ports) {
             (VServiceKind::AnyL3, _) | (_, PortSpec::Any) => (0, (0, 0)),
@@ -62,83 +78,109 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
             (VServiceKind::UdpL4, PortSpec::Range(a, b)) => (17, (a, b)),
             (VServiceKind::Http | VServiceKind::L7Tcp, _) => continue,
         };
+        let policy = Policy::for_vservice(vs);
         for address in vs.vips() {
-            out.push(plan_vip(
-                &model, &by_name, vs, address, proto, ports, health,
-            )?);
+            let key = (
+                vs.backends.as_slice(),
+                policy.admin == ApplyAdmin::Yes,
+                policy.health == ApplyHealth::Yes,
+                address.is_ipv6(),
+            );
+            let backends = match lists.get(&key) {
+                Some(b) => b.clone(),
+                None => {
+                    let b: Arc<[BackendPlan]> = planner.backends(vs, address, policy)?.into();
+                    lists.insert(key, b.clone());
+                    b
+                }
+            };
+            out.push(VipPlan {
+                name: vs.name.clone(),
+                address,
+                proto,
+                ports,
+                dsr: vs.forwarding == Forwarding::Dsr,
+                table_size: vs.maglev_size,
+                backends,
+            });
         }
     }
     Ok(out)
 }
 
-/// The plan of one VIP of `vs` (a dual-stack vService has two). Each backend takes part
-/// with its address of the VIP's family and that address's health.
-fn plan_vip(
-    model: &Model,
-    by_name: &ByName<'_>,
-    vs: &VService,
-    address: IpAddr,
-    proto: u8,
-    ports: (u16, u16),
-    health: &dyn Fn(&str) -> Health,
-) -> Result<VipPlan> {
-    let family_health = |name: &str| match by_name.service(name) {
-        Some(svc) => health(&svc.health_key(svc.address_for(address).unwrap_or(svc.address))),
-        None => health(name),
-    };
-    let selection = model.select(&vs.name, &family_health)?;
-    // By name, so a list of thousands of backends is planned in linear time.
-    let eligible: FastMap<&str, u32> = selection
-        .eligible
-        .iter()
-        .map(|e| (e.name.as_str(), e.weight))
-        .collect();
-    let drained: FastSet<&str> = selection.drained.iter().map(String::as_str).collect();
-    let mut vip = VipPlan {
-        name: vs.name.clone(),
-        address,
-        proto,
-        ports,
-        dsr: vs.forwarding == Forwarding::Dsr,
-        table_size: vs.maglev_size,
-        backends: Vec::new(),
-    };
-    let mut seen = FastSet::default();
-    for member in &vs.backends {
-        let names: Vec<&str> = match by_name.group(member) {
-            Some(group) => group.members.iter().map(String::as_str).collect(),
-            None => vec![member.as_str()],
+/// What makes two VIPs plan alike: the list as written, the policy (admin state applied,
+/// health applied) and the VIP's family (which address of each backend is used).
+type ListKey<'a> = (&'a [String], bool, bool, bool);
+
+/// What planning one list reads.
+struct Planner<'a> {
+    model: &'a Model,
+    by_name: &'a ByName<'a>,
+    /// Each Backend Service's name, allocated once per plan.
+    names: &'a FastMap<&'a str, Arc<str>>,
+    health: &'a dyn Fn(&str) -> Health,
+}
+
+impl Planner<'_> {
+    /// The backends of a VIP of `vs` at `address` (a dual-stack vService has two VIPs).
+    /// Each backend takes part with its address of the VIP's family and that address's
+    /// health.
+    fn backends(&self, vs: &VService, address: IpAddr, policy: Policy) -> Result<Vec<BackendPlan>> {
+        let (model, by_name, health) = (self.model, self.by_name, self.health);
+        let family_health = |name: &str| match by_name.service(name) {
+            Some(svc) => health(&svc.health_key(svc.address_for(address).unwrap_or(svc.address))),
+            None => health(name),
         };
-        for name in names {
-            if !seen.insert(name) {
-                continue;
+        let selection = model.select_list(&vs.backends, &family_health, policy);
+        // By name, so a list of thousands of backends is planned in linear time.
+        let eligible: FastMap<&str, u32> = selection
+            .eligible
+            .iter()
+            .map(|e| (e.name.as_str(), e.weight))
+            .collect();
+        let drained: FastSet<&str> = selection.drained.iter().map(String::as_str).collect();
+        let mut out = Vec::with_capacity(vs.backends.len());
+        let mut seen = FastSet::default();
+        for member in &vs.backends {
+            let names: Vec<&str> = match by_name.group(member) {
+                Some(group) => group.members.iter().map(String::as_str).collect(),
+                None => vec![member.as_str()],
+            };
+            for name in names {
+                if !seen.insert(name) {
+                    continue;
+                }
+                let Some(svc) = model.service(name) else {
+                    bail!("vservice {}: unknown backend service {name}", vs.name);
+                };
+                let (active, weight) = match eligible.get(name) {
+                    Some(&weight) => (true, weight),
+                    None => (drained.contains(name), 0),
+                };
+                // The configuration refuses this; a plan must never mix families either.
+                let Some(backend_address) = svc.address_for(address) else {
+                    bail!(
+                        "vservice {}: backend service {name} has no {} address for the VIP \
+                         {address} (no NAT46)",
+                        vs.name,
+                        family_name(address)
+                    );
+                };
+                out.push(BackendPlan {
+                    name: self
+                        .names
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::from(name)),
+                    address: backend_address,
+                    port: svc.port,
+                    weight,
+                    active,
+                });
             }
-            let Some(svc) = model.service(name) else {
-                bail!("vservice {}: unknown backend service {name}", vs.name);
-            };
-            let (active, weight) = match eligible.get(name) {
-                Some(&weight) => (true, weight),
-                None => (drained.contains(name), 0),
-            };
-            // The configuration refuses this; a plan must never mix families either.
-            let Some(backend_address) = svc.address_for(address) else {
-                bail!(
-                    "vservice {}: backend service {name} has no {} address for the VIP {address} \
-                     (no NAT46)",
-                    vs.name,
-                    family_name(address)
-                );
-            };
-            vip.backends.push(BackendPlan {
-                name: svc.name.clone(),
-                address: backend_address,
-                port: svc.port,
-                weight,
-                active,
-            });
         }
+        Ok(out)
     }
-    Ok(vip)
 }
 
 fn family_name(a: IpAddr) -> &'static str {

@@ -71,7 +71,7 @@ fn initial_view(dp: &DataPath) -> View {
             if vip.address.is_ipv6() {
                 states.entry(ipv6_health_key(&b.name)).or_insert(h);
             }
-            states.entry(b.name.clone()).or_insert(h);
+            states.entry(b.name.to_string()).or_insert(h);
         }
     }
     View::from_states(states)

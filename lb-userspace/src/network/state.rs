@@ -5,6 +5,7 @@
 use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -45,12 +46,29 @@ pub(crate) struct VipState {
 /// One backend slot as written.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct SlotState {
-    pub name: String,
+    /// Shared with the plan (1,000 VIPs over one farm hold 100 names, not 100,000).
+    #[serde(with = "shared_str")]
+    pub name: Arc<str>,
     pub slot: u32,
     pub address: IpAddr,
     pub port: u16,
     pub weight: u32,
     pub active: bool,
+}
+
+/// A shared string written and read as a plain one.
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &Arc<str>, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        Ok(String::deserialize(d)?.into())
+    }
 }
 
 /// A file of this machine's runtime state for `key` (a pin directory, a configuration
@@ -100,9 +118,10 @@ impl State {
         }
     }
 
-    /// Writes the state atomically (write + rename).
+    /// Writes the state atomically (write + rename), as compact JSON: 1,000 VIPs x 100
+    /// backends are 100,000 slots, written after every change.
     pub fn write(&self, pin_dir: &Path) -> Result<()> {
-        write_atomically(&path_for(pin_dir), &serde_json::to_vec_pretty(self)?)
+        write_atomically(&path_for(pin_dir), &serde_json::to_vec(self)?)
     }
 
     /// Forgets the state of an unloaded data path.

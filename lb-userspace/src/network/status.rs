@@ -96,7 +96,7 @@ impl DataPath {
             let mut backends = Vec::new();
             for b in &v.backends {
                 backends.push(BackendStatus {
-                    name: b.name.clone(),
+                    name: b.name.to_string(),
                     address: b.address.to_string(),
                     port: b.port,
                     weight: b.weight,

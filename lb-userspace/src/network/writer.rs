@@ -4,11 +4,10 @@
 //! in with one update), then VIP entries, then address roles; stale entries last. Slot
 //! and VIP ids are kept stable across runs and restarts (flows point at slots).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
@@ -18,15 +17,16 @@ use lb_common::{
     VIP_F_REVERSE_ENTRY, VipKey, VipMeta,
 };
 
-use super::batch;
+use tracing::debug;
+
 use super::filter::Filter;
 use super::loader::DataPath;
-use super::maglev::{self, MaglevBackend};
 use super::maps::Maps;
 use super::nat::NatBackends;
 use super::plan::{VipPlan, plan, range_prefixes};
 use super::state::{SlotState, State, VipState};
-use crate::config::{Config, FastMap};
+use super::{batch, build, pins, sys};
+use crate::config::Config;
 use crate::selection::Health;
 
 /// An address in the maps' 16-byte form (network byte order; IPv4 in word 0) and its
@@ -66,6 +66,7 @@ pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<
 
 /// Writes `vips` into the maps, replacing whatever was written before.
 pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
+    let started = Instant::now();
     let old = &dp.state;
     let mut new = State {
         vips: Vec::new(),
@@ -77,19 +78,17 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     // written again once.
     let trust_old = dp.written;
     let mut used_slots = SlotSet::new();
-    // Slots that keep their owner (same VIP id, address and port), with their active flag
-    // as written: a slot whose flag is unchanged is not written again.
-    let mut keep: FastMap<(u32, IpAddr, u16), (u32, bool)> = FastMap::default();
     // Slots that existing backends may keep: a new backend takes one of these only when
     // nothing else is free. Built once, not per allocation.
     let mut kept = SlotSet::new();
     for v in &old.vips {
         for b in &v.backends {
-            keep.insert((v.vip_id, b.address, b.port), (b.slot, b.active));
             kept.insert(b.slot);
         }
     }
-    let mut keys = KeyCache::default();
+    let mut keys = build::Keys::default();
+    // The key of each backend of each VIP, parallel to `new.vips[i].backends`.
+    let mut key_ids: Vec<Vec<u32>> = Vec::with_capacity(vips.len());
     let mut previous_states = Vec::with_capacity(vips.len());
     let mut slot_writes = Vec::new();
     let mut resets = Vec::new();
@@ -101,13 +100,15 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         if fresh_vip {
             Maps::reset_counters(&mut dp.maps.vip_stats, vip_id)?;
         }
-        let mut slots = Vec::new();
-        for b in &vip.backends {
-            let (slot, unchanged) = match keep.get(&(vip_id, b.address, b.port)) {
-                Some(&(s, active)) if !used_slots.contains(s) => {
-                    (s, trust_old && active == b.active)
-                }
-                _ => {
+        let mut owners = Owners::new(previous);
+        let mut slots = Vec::with_capacity(vip.backends.len());
+        let mut vip_keys = Vec::with_capacity(vip.backends.len());
+        for (i, b) in vip.backends.iter().enumerate() {
+            // A slot keeps its owner (same VIP id, address and port); one whose active flag
+            // is unchanged is not written again.
+            let (slot, unchanged) = match owners.find(i, b.address, b.port, &used_slots) {
+                Some(old) => (old.slot, trust_old && old.active == b.active),
+                None => {
                     let s = allocate_slot(&mut new.next_slot, &used_slots, &kept)?;
                     resets.push(s);
                     (s, false)
@@ -133,9 +134,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 weight: b.weight,
                 active: b.active,
             };
-            keys.add(&state);
+            vip_keys.push(keys.add(b.address, b.port));
             slots.push(state);
         }
+        key_ids.push(vip_keys);
         previous_states.push(previous);
         new.vips.push(VipState {
             name: vip.name.clone(),
@@ -151,17 +153,24 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             backends: slots,
         });
     }
+    let planned = started.elapsed();
     // New tables, filled but not yet in MAGLEV: swapped in together, once the slots they
     // name are written (also in one batch each).
+    let sizes: Vec<u32> = vips.iter().map(|v| v.table_size).collect();
+    keys.rank();
+    let built = build::tables(&new.vips, &sizes, &previous_states, &key_ids, &keys)?;
+    let computed = started.elapsed();
+    let btf = dp.table_btf.as_ref().map(|fd| fd.as_fd());
     let mut tables = Vec::new();
-    let built = build_tables(vips, &new.vips, &previous_states, &keys)?;
-    for (state, (table_size, table_hash, table_digest, table)) in new.vips.iter_mut().zip(built) {
-        state.table_size = table_size;
-        state.table_hash = table_hash;
-        state.table_digest = table_digest;
-        if let Some(table) = table {
-            // From one thread: map creation and mmap serialize on kernel locks anyway.
-            let inner = batch::maglev_table(&table)
+    for (state, outcome) in new.vips.iter_mut().zip(&built.built) {
+        state.table_size = outcome.size;
+        state.table_hash = outcome.fingerprint;
+        state.table_digest = outcome.digest;
+        if let Some(table) = &outcome.new {
+            let entries = built.entries(table);
+            let inner = dp
+                .pool
+                .fill(state.vip_id, outcome.size, entries, btf)
                 .with_context(|| format!("writing the Maglev table of {}", state.name))?;
             tables.push((state.vip_id, inner));
         }
@@ -176,6 +185,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let new_nat = NatBackends::plan(&new);
     new_nat.mark(&mut new);
     new_nat.write(&mut dp.maps, trust_old.then_some(&old_nat))?;
+    let filled = started.elapsed();
     let maps = &mut dp.maps;
     batch::reset_counters(
         &mut maps.backend_stats,
@@ -183,21 +193,141 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         &resets,
     )?;
     batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
-    batch::swap_tables(&mut maps.maglev, maps.maglev_fd.as_fd(), &tables)
+    batch::swap_tables(maps.maglev_fd.as_fd(), &tables)
         .context("swapping in the new Maglev tables")?;
-    drop(tables);
-    write_vip_entries(&mut dp.maps, &new)?;
+    let swapped = started.elapsed();
+    let pin_dir = dp.pin_dir().map(std::path::Path::to_path_buf);
+    if let Some(dir) = &pin_dir {
+        let dir = pins::dir(dir);
+        if trust_old {
+            for (id, table) in &tables {
+                pins::replace(&dir, *id, table.fd.as_fd())?;
+            }
+        }
+    }
+    dp.pool.swapped(tables);
+    write_vip_entries(&mut dp.maps, old, &new, trust_old)?;
     remove_stale(&mut dp.maps, old, &new, &used_slots)?;
+    for vip_id in drop_unused_tables(&mut dp.maps, old, &new, pin_dir.as_deref(), trust_old)? {
+        dp.pool.forget(vip_id);
+    }
     write_addrs(&mut dp.maps, old, &new)?;
     new_nat.remove_stale(&mut dp.maps, &old_nat);
     new_filter.write(&mut dp.maps, Some(&grown))?;
     dp.maps.flush_nexthops()?;
-    if let Some(dir) = dp.pin_dir() {
+    if let Some(dir) = &pin_dir {
+        if !trust_old {
+            // The first write of this process: the pins are made to match MAGLEV, whatever
+            // an earlier process left.
+            let ids: Vec<u32> = new
+                .vips
+                .iter()
+                .filter(|v| v.table_size > 0)
+                .map(|v| v.vip_id)
+                .collect();
+            pins::sync(&pins::dir(dir), dp.maps.maglev_fd.as_fd(), &ids)?;
+        }
         new.write(dir)?;
     }
+    debug!(
+        vips = new.vips.len(),
+        tables = built.built.iter().filter(|b| b.new.is_some()).count(),
+        computations = built.positions.len(),
+        slots_written = slot_writes.len(),
+        "Network vServices written in {:?} (slots decided {:?}, tables computed {:?}, \
+         filled {:?}, swapped {:?})",
+        started.elapsed(),
+        planned,
+        computed - planned,
+        filled - computed,
+        swapped - filled,
+    );
     dp.state = new;
     dp.written = true;
     Ok(())
+}
+
+/// The previous backends of one VIP id, found by position first (a list rarely changes
+/// order), by address and port otherwise.
+struct Owners<'a> {
+    previous: &'a [SlotState],
+    by_address: Option<HashMap<(IpAddr, u16), &'a SlotState>>,
+}
+
+impl<'a> Owners<'a> {
+    fn new(previous: Option<&'a VipState>) -> Self {
+        Owners {
+            previous: previous.map_or(&[], |p| &p.backends),
+            by_address: None,
+        }
+    }
+
+    /// The previous slot of the backend at `position` with `address` and `port`, unless
+    /// another backend of this apply took it already.
+    fn find(
+        &mut self,
+        position: usize,
+        address: IpAddr,
+        port: u16,
+        used: &SlotSet,
+    ) -> Option<&'a SlotState> {
+        let same = |s: &&SlotState| s.address == address && s.port == port;
+        if let Some(s) = self.previous.get(position).filter(same)
+            && !used.contains(s.slot)
+        {
+            return Some(s);
+        }
+        let previous = self.previous;
+        let by_address = self.by_address.get_or_insert_with(|| {
+            // The last backend of an address wins, as the slot map of earlier versions had it.
+            previous.iter().map(|s| ((s.address, s.port), s)).collect()
+        });
+        by_address
+            .get(&(address, port))
+            .copied()
+            .filter(|s| !used.contains(s.slot))
+    }
+}
+
+/// Removes MAGLEV's table (and its pin) of every VIP id that had one and has none now
+/// (a VIP removed, or left without backend): its VIP entry no longer leads there, so no
+/// packet reads it, and nothing keeps the memory. With `trust_old` false the pins are
+/// left to the sync that follows. Returns those VIP ids.
+fn drop_unused_tables(
+    maps: &mut Maps,
+    old: &State,
+    new: &State,
+    pin_dir: Option<&std::path::Path>,
+    trust_old: bool,
+) -> Result<Vec<u32>> {
+    let mut dropped = Vec::new();
+    let with_table: HashSet<u32> = new
+        .vips
+        .iter()
+        .filter(|v| v.table_size > 0)
+        .map(|v| v.vip_id)
+        .collect();
+    for v in old.vips.iter().filter(|v| v.table_size > 0) {
+        if with_table.contains(&v.vip_id) {
+            continue;
+        }
+        match sys::delete_u32(maps.maglev_fd.as_fd(), v.vip_id) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "removing the Maglev table of VIP id {} from MAGLEV",
+                        v.vip_id
+                    )
+                });
+            }
+            _ => {}
+        }
+        if let (Some(dir), true) = (pin_dir, trust_old) {
+            pins::remove(&pins::dir(dir), v.vip_id)?;
+        }
+        dropped.push(v.vip_id);
+    }
+    Ok(dropped)
 }
 
 /// What keeps a VIP's id across applies: name, address, protocol and ports.
@@ -269,117 +399,6 @@ fn allocate_slot(next: &mut u32, used: &SlotSet, kept: &SlotSet) -> Result<u32> 
     bail!("more than {MAX_BACKEND_SLOTS} backends across all Network vServices")
 }
 
-/// What building one VIP's table gave: (table size, fingerprint of the input, digest of the
-/// table, the table to swap in when the input changed).
-type Built = (u32, u64, u64, Option<Vec<u32>>);
-
-/// Builds the VIP's new Maglev table when its input changed.
-fn build_table(
-    vip: &VipPlan,
-    slots: &[SlotState],
-    previous: Option<&VipState>,
-    keys: &KeyCache,
-) -> Built {
-    let members: Vec<MaglevBackend<'_>> = slots
-        .iter()
-        .filter(|s| s.active)
-        .map(|s| MaglevBackend {
-            key: keys.key(s),
-            weight: s.weight,
-            value: s.slot,
-        })
-        .collect();
-    let mut h = DefaultHasher::new();
-    vip.table_size.hash(&mut h);
-    for m in &members {
-        (m.key, m.weight, m.value).hash(&mut h);
-    }
-    let fingerprint = h.finish();
-    // A state from before digests is rebuilt once, so every table in use has its digest.
-    if let Some(p) = previous.filter(|p| {
-        p.table_hash == fingerprint
-            && p.name == vip.name
-            && (p.table_digest != 0 || p.table_size == 0)
-    }) {
-        return (p.table_size, fingerprint, p.table_digest, None);
-    }
-    match maglev::build(&members, vip.table_size) {
-        Some(table) => {
-            let digest = maglev::digest(&table, &members);
-            (vip.table_size, fingerprint, digest, Some(table))
-        }
-        // No backend may take new flows: the VIP drops packets that have no flow.
-        None => (0, fingerprint, 0, None),
-    }
-}
-
-/// The Maglev keys of the backends ("address:port", the identity every balancer hashes
-/// alike), each formatted once per apply however many VIPs share the backend, into one
-/// buffer instead of a string per backend per VIP.
-#[derive(Default)]
-struct KeyCache {
-    text: String,
-    spans: FastMap<(IpAddr, u16), (usize, usize)>,
-}
-
-impl KeyCache {
-    /// Formats the key of `slot` unless it is known already.
-    fn add(&mut self, slot: &SlotState) {
-        let text = &mut self.text;
-        self.spans
-            .entry((slot.address, slot.port))
-            .or_insert_with(|| {
-                use std::fmt::Write as _;
-                let start = text.len();
-                // Writing into a String cannot fail.
-                let _ = write!(text, "{}:{}", slot.address, slot.port);
-                (start, text.len())
-            });
-    }
-
-    /// The key of `slot`, added before (empty if it was not, which `add` rules out).
-    fn key(&self, slot: &SlotState) -> &str {
-        self.spans
-            .get(&(slot.address, slot.port))
-            .map_or("", |&(start, end)| &self.text[start..end])
-    }
-}
-
-/// Builds the new table of every VIP whose input changed, spread over the CPUs: each table
-/// depends on its own VIP's slots only, and building them is most of the work of an apply
-/// with large tables (100 VIPs x 1,000 backends x 65,537 entries: 0.36-0.43 s on one
-/// thread, 0.26-0.27 s on two). Results are in `vips` order.
-fn build_tables(
-    vips: &[VipPlan],
-    states: &[VipState],
-    previous: &[Option<&VipState>],
-    keys: &KeyCache,
-) -> Result<Vec<Built>> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = vips.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..vips.len())
-            .step_by(chunk)
-            .map(|start| {
-                let end = (start + chunk).min(vips.len());
-                scope.spawn(move || {
-                    (start..end)
-                        .map(|i| build_table(&vips[i], &states[i].backends, previous[i], keys))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut out = Vec::with_capacity(vips.len());
-        for worker in workers {
-            let built = worker
-                .join()
-                .map_err(|_| anyhow::anyhow!("building Maglev tables panicked"))?;
-            out.extend(built);
-        }
-        Ok(out)
-    })
-}
-
 fn meta(v: &VipState) -> VipMeta {
     VipMeta {
         vip_id: v.vip_id,
@@ -434,8 +453,23 @@ fn range_keys(v: &VipState) -> Vec<Key<RangeData>> {
         .collect()
 }
 
-fn write_vip_entries(maps: &mut Maps, new: &State) -> Result<()> {
+/// Writes the VIP entries (VIPS, RANGES) that differ from what `old` wrote; all of them
+/// when `old` is not known to be in the maps (`trust_old` false).
+fn write_vip_entries(maps: &mut Maps, old: &State, new: &State, trust_old: bool) -> Result<()> {
+    let written: HashMap<u32, &VipState> = if trust_old {
+        old.vips.iter().map(|v| (v.vip_id, v)).collect()
+    } else {
+        HashMap::new()
+    };
+    // The entries of a VIP are its key(s) and `meta`: the same when these are.
+    let same = |a: &VipState, b: &VipState| {
+        (a.address, a.proto, a.ports, a.dsr, a.table_size)
+            == (b.address, b.proto, b.ports, b.dsr, b.table_size)
+    };
     for v in &new.vips {
+        if written.get(&v.vip_id).is_some_and(|o| same(o, v)) {
+            continue;
+        }
         if let Some(k) = exact_key(v) {
             maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
         }
@@ -448,6 +482,7 @@ fn write_vip_entries(maps: &mut Maps, new: &State) -> Result<()> {
     Ok(())
 }
 
+/// Removes the entries of VIPs and backend slots no longer in use.
 fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &SlotSet) -> Result<()> {
     let live_exact: HashSet<VipKey> = new.vips.iter().filter_map(exact_key).collect();
     let live_ranges: HashSet<(u32, RangeData)> = new

@@ -295,3 +295,41 @@ fn digest_changes_with_the_backends_and_is_pinned() {
 
 /// The digest of 12 equal backends at size 251 (`digest_changes_with_the_backends_and_is_pinned`).
 const PINNED_DIGEST: &str = "2f82c430fda08d15";
+
+/// Issue 16 (one computation shared by VIPs with the same backends): a table built as
+/// positions and mapped to values is `build`'s table, its digest is `digest`'s, and the
+/// positions do not depend on the values written (two VIPs' slot numbers).
+#[test]
+fn positions_give_the_same_table_and_digest_for_any_values() {
+    let k = keys(40);
+    let mut a = equal(&k, 1);
+    for (i, b) in a.iter_mut().enumerate() {
+        b.weight = 1 + (i as u32 % 3);
+    }
+    let mut b = a.clone();
+    for (i, m) in b.iter_mut().enumerate() {
+        m.value = 5000 - i as u32;
+    }
+    let table_a = build(&a, 1021).expect("table a");
+    let table_b = build(&b, 1021).expect("table b");
+    let mut live: Vec<&MaglevBackend<'_>> = a.iter().collect();
+    live.sort_unstable_by(|x, y| (x.key, x.weight, x.value).cmp(&(y.key, y.weight, y.value)));
+    let order: Vec<(&str, u32)> = live.iter().map(|m| (m.key, m.weight)).collect();
+    let positions = build_positions(&order, 1021).expect("positions");
+    let mapped: Vec<u32> = positions.iter().map(|&p| live[p as usize].value).collect();
+    assert_eq!(mapped, table_a);
+    // The same backends with other values: the same backend at every entry.
+    let by_value_b: HashMap<u32, &str> = b.iter().map(|m| (m.value, m.key)).collect();
+    let by_value_a: HashMap<u32, &str> = a.iter().map(|m| (m.value, m.key)).collect();
+    for (x, y) in table_a.iter().zip(&table_b) {
+        assert_eq!(by_value_a[x], by_value_b[y]);
+    }
+    let ordered_keys: Vec<&str> = order.iter().map(|o| o.0).collect();
+    assert_eq!(
+        digest_of_positions(&positions, &ordered_keys),
+        digest(&table_a, &a)
+    );
+    assert_eq!(digest(&table_a, &a), digest(&table_b, &b));
+    assert_eq!(build_positions(&[], 1021), None);
+    assert_eq!(build_positions(&order, 1020), None);
+}

@@ -1,11 +1,13 @@
 //! Control plane: writing the maps of 1,000 VIPs x 100 backends (first apply, one backend
 //! failing and returning) and of 100 VIPs x 1,000 backends with 65,537-entry tables in a
-//! private copy of the data path (`lb::network::apply`, as bench-xdp does), the Maintenance
+//! private copy of the data path (`lb::network::apply`, as bench-xdp does; the failing and
+//! returning backend also on a pinned copy, as `lb run` has it), the Maintenance
 //! avoidance time, and the configuration at 10,000+ Backend Services (`config_scale`).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
@@ -59,6 +61,39 @@ fn data_path(object: &[u8]) -> Result<DataPath> {
     )
 }
 
+/// A pin directory of the bench's own on the host's bpffs, removed (with the writer's state
+/// file) when dropped.
+struct PinnedDir(PathBuf);
+
+impl PinnedDir {
+    fn new() -> Result<PinnedDir> {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/bpf/lb-bench-control-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(PinnedDir(dir))
+    }
+}
+
+impl Drop for PinnedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        network::forget_state(&self.0);
+    }
+}
+
+/// A data path pinned under `dir` (attached nowhere), as `lb run` loads it.
+fn pinned_data_path(object: &[u8], dir: &std::path::Path) -> Result<DataPath> {
+    DataPath::load(
+        object,
+        &LoadOptions {
+            pin_dir: Some(dir.to_path_buf()),
+            conn_table_size: 1 << 16,
+        },
+    )
+}
+
 /// Seconds `network::apply` takes to write `cfg` with `down` failed.
 fn timed_apply(dp: &mut DataPath, cfg: &config::Config, down: &HashSet<String>) -> Result<f64> {
     let t = Instant::now();
@@ -87,6 +122,24 @@ pub fn run() -> Result<String> {
     println!("one backend of {VIPS} VIPs failing: {fail:.0} ms (all {VIPS} tables swapped)");
     println!("that backend returning: {back:.0} ms");
     drop(dp);
+    // The same on a pinned data path, as `lb run` has it: each swapped table is pinned by
+    // VIP id too, and the writer's state file (100,000 slots) is saved before apply returns.
+    let pinned = PinnedDir::new()?;
+    let mut dp = pinned_data_path(&object, &pinned.0)?;
+    timed_apply(&mut dp, &cfg, &none)?;
+    let (mut pinned_fails, mut pinned_returns) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        pinned_fails.push(timed_apply(&mut dp, &cfg, &b0_down)?);
+        pinned_returns.push(timed_apply(&mut dp, &cfg, &none)?);
+    }
+    let pinned_fail = median(&pinned_fails) * 1000.0;
+    let pinned_back = median(&pinned_returns) * 1000.0;
+    println!(
+        "pinned: one backend of {VIPS} VIPs failing: {pinned_fail:.0} ms, returning: \
+         {pinned_back:.0} ms (until apply returns, state file saved)"
+    );
+    drop(dp);
+    drop(pinned);
     let mut big = data_path(&object)?;
     let text = config_text(BIG_VIPS, BIG_BACKENDS, BIG_MAGLEV_SIZE);
     let big_cfg = config::parse(&text, "bench").map_err(|e| anyhow!("{e}"))?;
@@ -100,6 +153,7 @@ pub fn run() -> Result<String> {
          | first apply, {VIPS} VIPs x {BACKENDS} backends, Maglev size {MAGLEV_SIZE} (plan + build + write all maps) | {first:.3} s (one run) |\n\
          | one backend of all {VIPS} VIPs failing: plan + rebuild + swap of every table (median of {RUNS}) | {fail:.0} ms |\n\
          | the same backend returning (median of {RUNS}) | {back:.0} ms |\n\
+         | the same two on a pinned data path, until apply returns (tables pinned by VIP id, state file of 100,000 slots saved) | {pinned_fail:.0} ms / {pinned_back:.0} ms |\n\
          | first apply, {BIG_VIPS} VIPs x {BIG_BACKENDS} backends, Maglev size {BIG_MAGLEV_SIZE} | {big_first:.3} s (one run) |\n"
     )?;
     match crate::maint::run() {
