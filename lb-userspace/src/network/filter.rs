@@ -82,7 +82,7 @@ mod tests {
             backends: backends
                 .iter()
                 .map(|b| SlotState {
-                    name: b.to_string(),
+                    name: (*b).into(),
                     slot: 0,
                     address: b.parse().expect("ip"),
                     port: 80,

@@ -151,7 +151,7 @@ mod tests {
             backends: backends
                 .iter()
                 .map(|(a, p)| SlotState {
-                    name: a.to_string(),
+                    name: (*a).into(),
                     slot: 0,
                     address: a.parse().expect("ip"),
                     port: *p,
