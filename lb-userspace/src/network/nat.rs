@@ -6,14 +6,13 @@
 //! the first flow already finds its VIP) and removed after them.
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
 
 use anyhow::{Context, Result};
 use lb_common::{AddrKey, MAX_NAT_TARGETS, NatTarget, NatTargets, PROTO_ANY};
 
 use super::maps::Maps;
 use super::state::{State, VipState};
-use super::writer::addr_words;
+use super::writer::{addr_key, addr_words};
 
 /// What `NAT_BACKENDS` holds for one written state.
 #[derive(Debug, Default, PartialEq)]
@@ -39,15 +38,6 @@ fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
         (false, 0) => Some((0, 0)),
         // A Port Range onto one backend port: the reply cannot tell which port was used.
         (false, _) => None,
-    }
-}
-
-fn addr_key(a: IpAddr) -> AddrKey {
-    let (addr, family) = addr_words(a);
-    AddrKey {
-        addr,
-        family,
-        pad: [0; 3],
     }
 }
 

@@ -42,7 +42,7 @@ pub(crate) fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
     }
 }
 
-fn addr_key(a: IpAddr) -> AddrKey {
+pub(crate) fn addr_key(a: IpAddr) -> AddrKey {
     let (addr, family) = addr_words(a);
     AddrKey {
         addr,
