@@ -360,8 +360,6 @@ pub struct NextHop {
     /// `NEXTHOP_GEN[0]` when the entry was written: userspace bumps it to forget every
     /// entry at once (after a configuration change).
     pub generation: u32,
-    /// Reserved, zero.
-    pub pad2: u32,
     /// Kernel jiffies after which the FIB is asked again.
     pub expires: u64,
 }

@@ -104,7 +104,6 @@ pub fn lookup<H: IpHeader>(
         family: H::FAMILY,
         pad: 0,
         generation,
-        pad2: 0,
         expires: now + NEXTHOP_TTL_JIFFIES,
     };
     if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
