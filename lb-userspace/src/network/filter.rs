@@ -65,32 +65,11 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::{SlotState, VipState};
+    use crate::network::state::{VipState, test_vip};
 
     fn vip(address: &str, dsr: bool, backends: &[&str]) -> VipState {
-        VipState {
-            name: address.into(),
-            vip_id: 0,
-            address: address.parse().expect("ip"),
-            proto: 6,
-            ports: (80, 80),
-            dsr,
-            table_size: 0,
-            table_hash: 0,
-            table_digest: 0,
-            reverse_entries: false,
-            backends: backends
-                .iter()
-                .map(|b| SlotState {
-                    name: (*b).into(),
-                    slot: 0,
-                    address: b.parse().expect("ip"),
-                    port: 80,
-                    weight: 1,
-                    active: true,
-                })
-                .collect(),
-        }
+        let backends: Vec<(&str, u16)> = backends.iter().map(|b| (*b, 80)).collect();
+        test_vip(0, address, (6, (80, 80), dsr), &backends)
     }
 
     fn has(f: &Filter, base: u32, addr: &str) -> bool {

@@ -124,32 +124,10 @@ impl NatBackends {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::SlotState;
+    use crate::network::state::test_vip;
 
     fn vip(id: u32, proto: u8, ports: (u16, u16), dsr: bool, backends: &[(&str, u16)]) -> VipState {
-        VipState {
-            name: format!("v{id}"),
-            vip_id: id,
-            address: format!("198.18.0.{id}").parse().expect("ip"),
-            proto,
-            ports,
-            dsr,
-            table_size: 0,
-            table_hash: 0,
-            table_digest: 0,
-            reverse_entries: false,
-            backends: backends
-                .iter()
-                .map(|(a, p)| SlotState {
-                    name: (*a).into(),
-                    slot: 0,
-                    address: a.parse().expect("ip"),
-                    port: *p,
-                    weight: 1,
-                    active: true,
-                })
-                .collect(),
-        }
+        test_vip(id, &format!("198.18.0.{id}"), (proto, ports, dsr), backends)
     }
 
     fn key(addr: &str) -> AddrKey {
