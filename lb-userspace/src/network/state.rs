@@ -130,6 +130,40 @@ impl State {
     }
 }
 
+/// A written VIP for the unit tests of the writers that derive maps from the state: `vip_id`
+/// at `address`, its protocol, ports and mode, and backends by (address, port).
+#[cfg(test)]
+pub(crate) fn test_vip(
+    vip_id: u32,
+    address: &str,
+    (proto, ports, dsr): (u8, (u16, u16), bool),
+    backends: &[(&str, u16)],
+) -> VipState {
+    VipState {
+        name: format!("v{vip_id}"),
+        vip_id,
+        address: address.parse().expect("ip"),
+        proto,
+        ports,
+        dsr,
+        table_size: 0,
+        table_hash: 0,
+        table_digest: 0,
+        reverse_entries: false,
+        backends: backends
+            .iter()
+            .map(|(a, p)| SlotState {
+                name: (*a).into(),
+                slot: 0,
+                address: a.parse().expect("ip"),
+                port: *p,
+                weight: 1,
+                active: true,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::write_atomically;
@@ -163,39 +197,5 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().collect();
         assert_eq!(left.len(), 1, "temporary files left behind: {left:?}");
         let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-/// A written VIP for the unit tests of the writers that derive maps from the state: `vip_id`
-/// at `address`, its protocol, ports and mode, and backends by (address, port).
-#[cfg(test)]
-pub(crate) fn test_vip(
-    vip_id: u32,
-    address: &str,
-    (proto, ports, dsr): (u8, (u16, u16), bool),
-    backends: &[(&str, u16)],
-) -> VipState {
-    VipState {
-        name: format!("v{vip_id}"),
-        vip_id,
-        address: address.parse().expect("ip"),
-        proto,
-        ports,
-        dsr,
-        table_size: 0,
-        table_hash: 0,
-        table_digest: 0,
-        reverse_entries: false,
-        backends: backends
-            .iter()
-            .map(|(a, p)| SlotState {
-                name: (*a).into(),
-                slot: 0,
-                address: a.parse().expect("ip"),
-                port: *p,
-                weight: 1,
-                active: true,
-            })
-            .collect(),
     }
 }
