@@ -2,11 +2,14 @@
 //!
 //! Every map key and value is `#[repr(C)]` with explicit padding, so the kernel, the
 //! eBPF program, userspace and `bpftool` (through BTF) all agree on the layout.
-//! Addresses are always 16 bytes (`[u32; 4]`, network byte order): an IPv6 address fills
-//! them, an IPv4 address lives in word 0 and the rest are zero. Every key that holds an
+//! Addresses are always an [`Addr`]: 16 bytes in wire order, so that `bpftool map dump`
+//! prints 198.18.1.10 as `{"octets":[198,18,1,10,0,...]}`. An IPv6 address fills them, an
+//! IPv4 address takes the first four and the rest are zero. Every key that holds an
 //! address also holds its family, so an IPv4 address and an IPv6 address that ends in 96
 //! zero bits never meet in one map entry.
-//! Ports are stored in network byte order, exactly as they appear on the wire.
+//! Ports are stored as numbers (port 80 is 80), except in the LPM key [`RangeData`], whose
+//! bits must compare in wire order; the program converts them where it reads and writes
+//! packets.
 #![no_std]
 
 /// Names of the maps, as declared in the eBPF object and pinned under the pin directory.
@@ -43,6 +46,9 @@ pub mod names {
     /// Address filter: bits of the addresses that may be VIPs or NAT backends (see
     /// [`filter_bit`](crate::filter_bit)).
     pub const ADDR_FILTER: &str = "ADDR_FILTER";
+    /// The maps' layout version (one `u32`, [`LAYOUT_VERSION`](crate::LAYOUT_VERSION)): an `lb`
+    /// of another layout does not adopt these pins.
+    pub const LAYOUT: &str = "LAYOUT";
     /// Programs reached by tail call: index -> program (`PROG_*`).
     pub const PROGS: &str = "PROGS";
     /// Name of the XDP program in the object.
@@ -111,6 +117,67 @@ pub fn filter_bit(addr: &[u32; 4]) -> u32 {
         addr[0] ^ addr[1].rotate_left(8) ^ addr[2].rotate_left(16) ^ addr[3].rotate_left(24);
     folded.wrapping_mul(0x9e37_79b1) >> 15
 }
+
+/// An IPv4 or IPv6 address in a map entry: its bytes in wire order (IPv4 in the first
+/// four), which `bpftool` prints as numbers a person reads. Aligned to 4 bytes, so the
+/// program moves and compares it as four words, as it reads addresses from packets.
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Addr {
+    /// The address's bytes, most significant first.
+    pub octets: [u8; 16],
+}
+
+impl Addr {
+    /// The address whose bytes are these words', as a packet holds them.
+    #[inline(always)]
+    pub fn from_words(words: &[u32; 4]) -> Addr {
+        // SAFETY: both are 16 bytes of plain data, every bit pattern valid.
+        Addr {
+            octets: unsafe { core::mem::transmute::<[u32; 4], [u8; 16]>(*words) },
+        }
+    }
+
+    /// The address as four words, the form the program reads from packets.
+    #[inline(always)]
+    pub fn words(&self) -> &[u32; 4] {
+        // SAFETY: `Addr` is 16 bytes aligned to 4, so it is a valid `[u32; 4]`.
+        unsafe { &*(self as *const Addr as *const [u32; 4]) }
+    }
+
+    /// The map form of `ip`, with its family (`FAMILY_V4` or `FAMILY_V6`).
+    pub fn from_ip(ip: core::net::IpAddr) -> (Addr, u8) {
+        let mut octets = [0; 16];
+        match ip {
+            core::net::IpAddr::V4(v4) => {
+                octets[..4].copy_from_slice(&v4.octets());
+                (Addr { octets }, FAMILY_V4)
+            }
+            core::net::IpAddr::V6(v6) => (
+                Addr {
+                    octets: v6.octets(),
+                },
+                FAMILY_V6,
+            ),
+        }
+    }
+
+    /// The address of `family` these bytes hold.
+    pub fn to_ip(&self, family: u8) -> core::net::IpAddr {
+        let o = self.octets;
+        if family == FAMILY_V6 {
+            core::net::IpAddr::V6(core::net::Ipv6Addr::from(o))
+        } else {
+            core::net::IpAddr::V4(core::net::Ipv4Addr::new(o[0], o[1], o[2], o[3]))
+        }
+    }
+}
+
+/// Version of the maps' layout, kept in the `LAYOUT` map: a data path pinned by an `lb` of
+/// another layout is not adopted (its maps would be misread); the operator unloads it
+/// first. Version 2: addresses as bytes, ports as numbers (pins of earlier versions have
+/// no `LAYOUT` map).
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -184,8 +251,8 @@ pub const GLOBAL_COUNT: u32 = 16;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrKey {
-    /// The address, network byte order.
-    pub addr: [u32; 4],
+    /// The address, wire order.
+    pub addr: Addr,
     /// `FAMILY_V4` or `FAMILY_V6`.
     pub family: u8,
     /// Reserved, zero.
@@ -198,9 +265,9 @@ pub struct AddrKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
-    /// VIP address, network byte order.
-    pub addr: [u32; 4],
-    /// Destination port, network byte order (0 for ANY-L3).
+    /// VIP address, wire order.
+    pub addr: Addr,
+    /// Destination port (0 for ANY-L3).
     pub port: u16,
     /// IP protocol number (6 TCP, 17 UDP, 0 any).
     pub proto: u8,
@@ -209,19 +276,20 @@ pub struct VipKey {
 }
 
 /// Data part of the `RANGES` LPM key. Compared bit by bit in field order:
-/// address, protocol, family, then the port in network byte order.
+/// address, protocol, family, then the port's two bytes in wire order (most significant
+/// first, so that a prefix covers a range of ports).
 /// A Port Range is stored as the few prefixes that cover it exactly.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RangeData {
-    /// VIP address, network byte order.
-    pub addr: [u32; 4],
+    /// VIP address, wire order.
+    pub addr: Addr,
     /// IP protocol number.
     pub proto: u8,
     /// `FAMILY_V4` or `FAMILY_V6`.
     pub family: u8,
-    /// Port, network byte order.
-    pub port: u16,
+    /// Port, wire order (`port.to_be_bytes()`).
+    pub port: [u8; 2],
 }
 
 /// Bits of `RangeData` before the port: a prefix of this length matches every port.
@@ -245,9 +313,9 @@ pub struct VipMeta {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendSlot {
-    /// Backend address, network byte order.
-    pub addr: [u32; 4],
-    /// Backend port, network byte order; 0 keeps the packet's destination port.
+    /// Backend address, wire order.
+    pub addr: Addr,
+    /// Backend port; 0 keeps the packet's destination port.
     pub port: u16,
     /// `SLOT_F_*` bits.
     pub flags: u8,
@@ -262,13 +330,13 @@ pub struct BackendSlot {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    /// Source address, network byte order.
-    pub src: [u32; 4],
-    /// Destination address, network byte order.
-    pub dst: [u32; 4],
-    /// Source port, network byte order.
+    /// Source address, wire order.
+    pub src: Addr,
+    /// Destination address, wire order.
+    pub dst: Addr,
+    /// Source port.
     pub sport: u16,
-    /// Destination port, network byte order.
+    /// Destination port.
     pub dport: u16,
     /// IP protocol number.
     pub proto: u8,
@@ -292,9 +360,9 @@ pub struct FlowValue {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatReverse {
-    /// VIP address, network byte order (becomes the reply's source).
-    pub vip_addr: [u32; 4],
-    /// VIP port, network byte order (becomes the reply's source port).
+    /// VIP address, wire order (becomes the reply's source).
+    pub vip_addr: Addr,
+    /// VIP port (becomes the reply's source port).
     pub vip_port: u16,
     /// Reserved, zero.
     pub pad: u16,
@@ -308,12 +376,12 @@ pub struct NatReverse {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatTarget {
-    /// VIP address, network byte order.
-    pub vip_addr: [u32; 4],
-    /// VIP port, network byte order; 0: the reply's source port (a Port Range or ANY-L3
+    /// VIP address, wire order.
+    pub vip_addr: Addr,
+    /// VIP port; 0: the reply's source port (a Port Range or ANY-L3
     /// VIP whose backends keep the client's destination port).
     pub vip_port: u16,
-    /// The backend port replies of this VIP come from, network byte order; 0: any.
+    /// The backend port replies of this VIP come from; 0: any.
     pub backend_port: u16,
     /// VIP id (the connection table's flows carry it).
     pub vip_id: u32,
@@ -342,8 +410,8 @@ pub struct NatTargets {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NextHop {
-    /// The destination this entry is for, network byte order.
-    pub addr: [u32; 4],
+    /// The destination this entry is for, wire order.
+    pub addr: Addr,
     /// Egress interface.
     pub ifindex: u32,
     /// Source MAC (the egress interface's).
@@ -433,5 +501,37 @@ mod tests {
         assert_eq!(size_of::<NextHop>(), 48);
         assert_eq!(size_of::<NatTarget>(), 28);
         assert_eq!(size_of::<NatTargets>(), 120);
+        // Addresses move as four words in the program.
+        for align in [
+            core::mem::align_of::<Addr>(),
+            core::mem::align_of::<AddrKey>(),
+            core::mem::align_of::<VipKey>(),
+            core::mem::align_of::<RangeData>(),
+            core::mem::align_of::<BackendSlot>(),
+            core::mem::align_of::<FlowKey>(),
+            core::mem::align_of::<NatReverse>(),
+            core::mem::align_of::<NatTarget>(),
+            core::mem::align_of::<NextHop>(),
+        ] {
+            assert!(align >= 4);
+        }
+    }
+
+    #[test]
+    fn addresses_keep_their_bytes_as_words() {
+        let (a, family) = Addr::from_ip("198.18.1.10".parse().unwrap());
+        assert_eq!(family, FAMILY_V4);
+        assert_eq!(a.octets[..5], [198, 18, 1, 10, 0]);
+        assert_eq!(a.words()[0].to_ne_bytes(), [198, 18, 1, 10]);
+        assert_eq!(Addr::from_words(a.words()), a);
+        assert_eq!(
+            a.to_ip(family),
+            "198.18.1.10".parse::<core::net::IpAddr>().unwrap()
+        );
+        let (b, family) = Addr::from_ip("2001:db8::a:1".parse().unwrap());
+        assert_eq!(
+            (family, b.to_ip(family)),
+            (FAMILY_V6, "2001:db8::a:1".parse().unwrap())
+        );
     }
 }

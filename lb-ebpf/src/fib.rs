@@ -9,7 +9,9 @@ use aya_ebpf::{
     helpers::generated::{bpf_fib_lookup, bpf_jiffies64, bpf_redirect},
     programs::XdpContext,
 };
-use lb_common::{GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit};
+use lb_common::{
+    Addr, GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit,
+};
 
 use crate::ip::IpHeader;
 use crate::maps::{NEXTHOP_GEN, NEXTHOPS};
@@ -61,7 +63,7 @@ pub fn lookup<H: IpHeader>(
     let mut way = 0;
     while way < 2 {
         if let Some(hop) = NEXTHOPS.get(pair + way) {
-            let mine = hop.addr == *dst && hop.family == H::FAMILY;
+            let mine = hop.addr.words() == dst && hop.family == H::FAMILY;
             let fresh = hop.generation == generation && hop.expires > now;
             if mine && fresh && len <= hop.max_len {
                 return Ok(*hop);
@@ -96,7 +98,7 @@ pub fn lookup<H: IpHeader>(
         return Err(Miss::Kernel);
     }
     let hop = NextHop {
-        addr: *dst,
+        addr: Addr::from_words(dst),
         ifindex: params.ifindex,
         smac: params.smac,
         dmac: params.dmac,

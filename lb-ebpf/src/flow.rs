@@ -1,8 +1,10 @@
 //! Backend choice: connection table first, Maglev on a miss or a TCP SYN.
 
-use lb_common::{BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
+use lb_common::{Addr, BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
 
+use crate::ip::IpHeader;
 use crate::maps::{BACKENDS, CONNS, MAGLEV};
+use crate::parse::Packet;
 
 /// Result of choosing a backend for one packet.
 pub struct Choice {
@@ -10,6 +12,20 @@ pub struct Choice {
     pub backend: BackendSlot,
     pub new_flow: bool,
     pub ct_miss: bool,
+}
+
+/// The packet's flow as the maps hold it: address bytes, ports as numbers.
+#[inline(always)]
+pub fn key<H: IpHeader>(pkt: &Packet<H>) -> FlowKey {
+    FlowKey {
+        src: Addr::from_words(&pkt.saddr),
+        dst: Addr::from_words(&pkt.daddr),
+        sport: u16::from_be(pkt.sport),
+        dport: u16::from_be(pkt.dport),
+        proto: pkt.proto,
+        family: H::FAMILY,
+        pad: 0,
+    }
 }
 
 /// Mixes the 5-tuple into a well-spread 32-bit hash (murmur3 finaliser per word). IPv4
@@ -24,14 +40,15 @@ fn hash(key: &FlowKey) -> u32 {
             .wrapping_mul(0x1b87_3593);
         h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
     }
+    let (src, dst) = (key.src.words(), key.dst.words());
     let mut h = 0x9747_b28c;
-    h = mix(h, key.src[0]);
-    h = mix(h, key.dst[0]);
+    h = mix(h, src[0]);
+    h = mix(h, dst[0]);
     if key.family == FAMILY_V6 {
         let mut i = 1;
         while i < 4 {
-            h = mix(h, key.src[i]);
-            h = mix(h, key.dst[i]);
+            h = mix(h, src[i]);
+            h = mix(h, dst[i]);
             i += 1;
         }
     }

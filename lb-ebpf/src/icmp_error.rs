@@ -102,10 +102,10 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
     // client (the connection table), backend -> client for a quote client -> backend (a
     // NAT flow found as its replies are).
     let key = FlowKey {
-        src: q.daddr,
-        dst: q.saddr,
-        sport: q.dport,
-        dport: q.sport,
+        src: Addr::from_words(&q.daddr),
+        dst: Addr::from_words(&q.saddr),
+        sport: u16::from_be(q.dport),
+        dport: u16::from_be(q.sport),
         proto: q.proto,
         family: H::FAMILY,
         pad: 0,
@@ -118,10 +118,10 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
         let meta = crate::vip::find::<H>(&q.saddr, q.proto, q.sport)?;
         crate::stats::global(GLOBAL_ICMP_TOO_BIG);
         if meta.flags & VIP_F_DSR != 0 {
-            return Some(deliver(ctx, pkt, &pkt.saddr, &backend.addr, false));
+            return Some(deliver(ctx, pkt, &pkt.saddr, backend.addr.words(), false));
         }
         to_backend(ctx, pkt, &q, &backend);
-        return Some(deliver(ctx, pkt, &pkt.saddr, &backend.addr, true));
+        return Some(deliver(ctx, pkt, &pkt.saddr, backend.addr.words(), true));
     }
     let mut rev = NatReverse::default();
     if !crate::nat::reverse(&key, &mut rev) {
@@ -140,11 +140,12 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, q: &Quote, backend
         return;
     };
     let mut check = unsafe { (*icmp).check };
-    unsafe { H::set_addr(pkt.ip, Side::Destination, &pkt.daddr, &backend.addr) };
+    let addr = *backend.addr.words();
+    unsafe { H::set_addr(pkt.ip, Side::Destination, &pkt.daddr, &addr) };
     if H::ICMP_PSEUDO_HEADER {
-        check = replace_addr::<H>(check, &pkt.daddr, &backend.addr);
+        check = replace_addr::<H>(check, &pkt.daddr, &addr);
     }
-    check = rewrite_quote::<H>(ctx, q, Side::Source, &backend.addr, backend.port, check);
+    check = rewrite_quote::<H>(ctx, q, Side::Source, &addr, backend.port.to_be(), check);
     if let Some(icmp) = ptr_at::<IcmpHdr>(ctx.data(), ctx.data_end(), pkt.l4_off) {
         unsafe { (*icmp).check = check };
     }
@@ -161,8 +162,8 @@ fn to_client<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, q: &Quote, rev: &Na
         ctx,
         q,
         Side::Destination,
-        &rev.vip_addr,
-        rev.vip_port,
+        rev.vip_addr.words(),
+        rev.vip_port.to_be(),
         check,
     );
     if let Some(icmp) = ptr_at::<IcmpHdr>(ctx.data(), ctx.data_end(), pkt.l4_off) {

@@ -113,15 +113,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
-    let key = FlowKey {
-        src: pkt.saddr,
-        dst: pkt.daddr,
-        sport: pkt.sport,
-        dport: pkt.dport,
-        proto: pkt.proto,
-        family: H::FAMILY,
-        pad: 0,
-    };
+    let key = flow::key(pkt);
     let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     let Some(choice) = flow::choose(&key, meta, is_syn) else {
         stats::dropped(meta.vip_id);
@@ -133,7 +125,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         ct_miss: choice.ct_miss,
     };
     stats::forwarded(meta.vip_id, choice.slot, &ev);
-    let backend_addr = choice.backend.addr;
+    let backend_addr = *choice.backend.addr.words();
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr, Towards::Backend);
     if let Err(Miss::TooBig(mtu)) = hop {
@@ -153,22 +145,22 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
     }
     if choice.new_flow && meta.flags & VIP_F_REVERSE_ENTRY != 0 {
         let port = if choice.backend.port == 0 {
-            pkt.dport
+            key.dport
         } else {
             choice.backend.port
         };
         let rev_key = FlowKey {
-            src: backend_addr,
-            dst: pkt.saddr,
+            src: choice.backend.addr,
+            dst: key.src,
             sport: port,
-            dport: pkt.sport,
+            dport: key.sport,
             proto: pkt.proto,
             family: H::FAMILY,
             pad: 0,
         };
         let rev = NatReverse {
-            vip_addr: pkt.daddr,
-            vip_port: pkt.dport,
+            vip_addr: key.dst,
+            vip_port: key.dport,
             pad: 0,
             vip_id: meta.vip_id,
             slot: choice.slot,
@@ -180,7 +172,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         pkt,
         Side::Destination,
         &backend_addr,
-        choice.backend.port,
+        choice.backend.port.to_be(),
     );
     // Unresolved or too big without DF: the kernel forwards (and fragments) the rewritten
     // packet.
@@ -191,15 +183,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
 /// NAT flow of ours goes to the kernel untouched.
 #[inline(always)]
 fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
-    let reply = FlowKey {
-        src: pkt.saddr,
-        dst: pkt.daddr,
-        sport: pkt.sport,
-        dport: pkt.dport,
-        proto: pkt.proto,
-        family: H::FAMILY,
-        pad: 0,
-    };
+    let reply = flow::key(pkt);
     let mut rev = NatReverse::default();
     if !nat::reverse(&reply, &mut rev) {
         stats::global(GLOBAL_NO_VIP);
@@ -212,17 +196,18 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     stats::replied(rev.vip_id, rev.slot, pkt.len);
     stats::global(GLOBAL_NAT_REPLY);
     let port = if pkt.proto == IPPROTO_TCP || pkt.proto == IPPROTO_UDP {
-        rev.vip_port
+        rev.vip_port.to_be()
     } else {
         0
     };
-    let hop = fib::lookup(ctx, pkt, &rev.vip_addr, &pkt.daddr, Towards::Client);
+    let vip_addr = *rev.vip_addr.words();
+    let hop = fib::lookup(ctx, pkt, &vip_addr, &pkt.daddr, Towards::Client);
     if let Err(Miss::TooBig(_)) = hop {
         // Untranslated, so that the kernel's "too big" reaches the backend that sent it.
         stats::global(GLOBAL_TOO_BIG);
         return xdp_action::XDP_PASS;
     }
-    rewrite::nat(ctx, pkt, Side::Source, &rev.vip_addr, port);
+    rewrite::nat(ctx, pkt, Side::Source, &vip_addr, port);
     finish(ctx, pkt, hop)
 }
 

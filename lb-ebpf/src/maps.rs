@@ -80,6 +80,11 @@ pub static NEXTHOPS: PerCpuArray<NextHop, { MAX_NEXTHOPS as usize }> = PerCpuArr
 #[btf_map]
 pub static NEXTHOP_GEN: Array<u32, 1> = Array::new();
 
+/// The maps' layout version (`LAYOUT_VERSION`), written by userspace at load: the
+/// program never reads it; an `lb` of another layout refuses to adopt these pins.
+#[btf_map]
+pub static LAYOUT: Array<u32, 1> = Array::new();
+
 /// Counters per VIP id.
 #[btf_map]
 pub static VIP_STATS: PerCpuArray<Counters, { MAX_VIPS as usize }> = PerCpuArray::new();

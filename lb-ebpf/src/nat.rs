@@ -58,7 +58,7 @@ pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> bool {
             };
             if v.vip_id == t.vip_id
                 && b.vip_id == v.vip_id
-                && b.addr == *backend
+                && b.addr.words() == backend.words()
                 && (b.port == bport || b.port == 0)
             {
                 *out = NatReverse {

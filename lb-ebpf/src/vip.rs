@@ -8,10 +8,11 @@ use crate::ip::IpHeader;
 use crate::maps::{ADDRS, RANGES, VIPS};
 
 /// Exact VIP first (one lookup for most VIP traffic), then, for addresses that have them,
-/// Port Range and ANY-L3 entries.
+/// Port Range and ANY-L3 entries. `wire_port` is the destination port as the packet holds it.
 #[inline(always)]
-pub fn find<H: IpHeader>(addr: &[u32; 4], proto: u8, port: u16) -> Option<VipMeta> {
-    let addr = *addr;
+pub fn find<H: IpHeader>(addr: &[u32; 4], proto: u8, wire_port: u16) -> Option<VipMeta> {
+    let addr = Addr::from_words(addr);
+    let port = u16::from_be(wire_port);
     let has_ports = proto == IPPROTO_TCP || proto == IPPROTO_UDP;
     if has_ports {
         let key = VipKey {
@@ -35,7 +36,7 @@ pub fn find<H: IpHeader>(addr: &[u32; 4], proto: u8, port: u16) -> Option<VipMet
             addr,
             proto,
             family: H::FAMILY,
-            port,
+            port: wire_port.to_ne_bytes(),
         };
         let key = Key::new(RANGE_PREFIX_BASE + 16, data);
         if let Some(meta) = RANGES.get(&key) {

@@ -3,6 +3,8 @@
 //! `<pin dir>/maps/maglev/<vip id>`. Loads the real XDP program (pinned under a bpffs
 //! directory of its own, attached nowhere) and runs `bpftool -j`.
 //!
+//! Also: pins of another map layout are not adopted.
+//!
 //! Needs root, `bpftool` (Debian package `bpftool`) and the XDP object (`LB_XDP_OBJECT`, or
 //! `cargo xtask build`).
 
@@ -188,6 +190,28 @@ fn assert_decoded(
     Ok(())
 }
 
+/// The decoded `part` ("key" or "value") of every entry.
+fn formatted(entries: &[Value], part: &str) -> Result<Vec<Value>> {
+    entries
+        .iter()
+        .map(|e| {
+            e["formatted"]
+                .get(part)
+                .cloned()
+                .with_context(|| format!("no decoded {part} in {e}"))
+        })
+        .collect()
+}
+
+/// The bytes of a decoded address (`{"octets": [198, 18, 1, 10, 0, ...]}`); empty when it
+/// is not printed that way.
+fn octets(addr: &Value) -> Vec<u64> {
+    addr["octets"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
 /// MAGLEV's entries by VIP id: the kernel id of each table in use.
 fn maglev_tables(maps: &Path) -> Result<BTreeMap<u64, u64>> {
     let mut out = BTreeMap::new();
@@ -255,7 +279,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         }
     }
     let addr = ["addr", "family"];
-    let checks: [(&str, &[&str], &[&str]); 14] = [
+    let checks: [(&str, &[&str], &[&str]); 15] = [
         ("ADDRS", &addr, &[]),
         (
             "VIPS",
@@ -284,6 +308,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
             &["addr", "ifindex", "smac", "dmac", "expires"],
         ),
         ("NEXTHOP_GEN", &[], &[]),
+        ("LAYOUT", &[], &[]),
         ("NAT_BACKENDS", &addr, &["len", "targets"]),
         ("ADDR_FILTER", &[], &[]),
         (
@@ -302,8 +327,29 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
     for (name, key_fields, value_fields) in checks {
         assert_decoded(name, &dump(&maps.join(name))?, key_fields, value_fields)?;
     }
-    // MAGLEV, the array of tables, is created by aya without BTF: bpftool shows each
-    // VIP id with its table's map id (checked against the pins above), not decoded.
+    // Addresses and ports as an operator reads them: 198.18.1.10 port 80, not 167842502
+    // and 20480.
+    let vips = formatted(&dump(&maps.join("VIPS"))?, "key")?;
+    for (addr, port) in [
+        (&[198, 18, 1, 10][..], 80),
+        (&[0x20, 0x01, 0x0d, 0xb8][..], 80),
+    ] {
+        ensure!(
+            vips.iter()
+                .any(|k| octets(&k["addr"]).starts_with(addr) && k["port"] == port),
+            "VIPS has no key {addr:?} port {port}: {vips:?}"
+        );
+    }
+    let backends = formatted(&dump(&maps.join("BACKENDS"))?, "value")?;
+    ensure!(
+        backends.iter().any(|b| octets(&b["addr"])
+            == [10, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            && b["port"] == 8080),
+        "BACKENDS has no 10.0.1.1 port 8080: {backends:?}"
+    );
+    // MAGLEV, the array of tables, cannot carry BTF (the kernel refuses type information
+    // on arrays of maps with ENOTSUPP): bpftool shows each VIP id with its table's map id
+    // raw (checked against the pins above); each table is read at its pin.
     ensure!(maglev_tables(&maps)?.len() == 4);
 
     // A new process adopts the pins: the tables of a changed VIP are re-pinned, a removed
@@ -330,5 +376,23 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
     check_table_pins(&maps, 3)?;
     apply(&mut dp, &config(&["w1", "w2", "w3"], true))?;
     check_table_pins(&maps, 4)?;
+
+    // Pins whose maps have another layout (as an earlier lb wrote them) are not adopted:
+    // the error says to unload first.
+    drop(dp);
+    let out = Command::new("bpftool")
+        .args(["map", "update", "pinned"])
+        .arg(maps.join("LAYOUT"))
+        .args(["key", "0", "0", "0", "0", "value", "1", "0", "0", "0"])
+        .output()?;
+    ensure!(out.status.success(), "bpftool map update LAYOUT: {out:?}");
+    let err = match load(&dir.0) {
+        Ok(_) => bail!("pins of layout 1 were adopted"),
+        Err(e) => format!("{e:#}"),
+    };
+    ensure!(
+        err.contains("layout version 1") && err.contains("lb unload"),
+        "unclear refusal: {err}"
+    );
     Ok(())
 }

@@ -9,11 +9,10 @@
 use std::net::IpAddr;
 
 use anyhow::{Context, Result};
-use lb_common::{FILTER_NAT_BASE, FILTER_WORDS, filter_bit};
+use lb_common::{Addr, FILTER_NAT_BASE, FILTER_WORDS, filter_bit};
 
 use super::maps::Maps;
 use super::state::State;
-use super::writer::addr_words;
 
 /// The filter's words for one written state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +35,7 @@ impl Filter {
     }
 
     fn mark(&mut self, base: u32, addr: IpAddr) {
-        let bit = filter_bit(&addr_words(addr).0);
+        let bit = filter_bit(Addr::from_ip(addr).0.words());
         if let Some(word) = self.0.get_mut((base + (bit >> 6)) as usize) {
             *word |= 1 << (bit & 63);
         }
@@ -73,7 +72,7 @@ mod tests {
     }
 
     fn has(f: &Filter, base: u32, addr: &str) -> bool {
-        let bit = filter_bit(&addr_words(addr.parse().expect("ip")).0);
+        let bit = filter_bit(Addr::from_ip(addr.parse().expect("ip")).0.words());
         f.0[(base + (bit >> 6)) as usize] & (1 << (bit & 63)) != 0
     }
 

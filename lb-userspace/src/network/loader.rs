@@ -23,7 +23,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 15] = [
+const MAP_NAMES: [&str; 16] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -39,6 +39,7 @@ const MAP_NAMES: [&str; 15] = [
     names::ADDR_FILTER,
     names::NEXTHOP_GEN,
     names::NAT_BACKENDS,
+    names::LAYOUT,
 ];
 
 /// How to load the data path.
@@ -182,6 +183,9 @@ impl DataPath {
             prog.pin(prog_pin(dir)).context("pinning the XDP program")?;
         }
         let mut maps = Maps::new(maps)?;
+        maps.layout
+            .set(0, lb_common::LAYOUT_VERSION, 0)
+            .context("writing LAYOUT")?;
         // The tail-called programs live as long as the (pinned) PROGS map holds them.
         let tail_calls = [
             (
@@ -222,11 +226,19 @@ impl DataPath {
                 .with_context(|| format!("opening pinned map {}", path.display()))?;
             maps.push(Map::from_map_data(data)?);
         }
+        let maps = Maps::new(maps)?;
+        let layout = maps.layout.get(&0, 0).context("reading LAYOUT")?;
+        if layout != lb_common::LAYOUT_VERSION {
+            bail!(
+                "its maps have layout version {layout}, this lb writes version {}",
+                lb_common::LAYOUT_VERSION
+            );
+        }
         let prog = Xdp::from_pin(prog_pin(dir), XdpAttachType::Interface)
             .with_context(|| format!("opening pinned program in {}", dir.display()))?;
         Ok(DataPath {
             program: Program::Pinned(Box::new(prog)),
-            maps: Maps::new(maps)?,
+            maps,
             state: State::read(dir)?,
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,

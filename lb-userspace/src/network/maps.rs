@@ -42,6 +42,8 @@ pub(crate) struct Maps {
     pub nat_backends: HashMap<MapData, AddrKey, NatTargets>,
     /// The address filter (`network::filter`).
     pub filter: Array<MapData, u64>,
+    /// The layout version these maps were written with (`LAYOUT_VERSION`).
+    pub layout: Array<MapData, u32>,
 }
 
 /// A second descriptor of an array-type map, for the batched writes.
@@ -94,6 +96,7 @@ impl Maps {
             filter: next("ADDR_FILTER")?.try_into().context("ADDR_FILTER")?,
             nexthop_gen: next("NEXTHOP_GEN")?.try_into().context("NEXTHOP_GEN")?,
             nat_backends: next("NAT_BACKENDS")?.try_into().context("NAT_BACKENDS")?,
+            layout: next("LAYOUT")?.try_into().context("LAYOUT")?,
         })
     }
 

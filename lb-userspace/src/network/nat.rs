@@ -8,11 +8,11 @@
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context, Result};
-use lb_common::{AddrKey, MAX_NAT_TARGETS, NatTarget, NatTargets, PROTO_ANY};
+use lb_common::{Addr, AddrKey, MAX_NAT_TARGETS, NatTarget, NatTargets, PROTO_ANY};
 
 use super::maps::Maps;
 use super::state::{State, VipState};
-use super::writer::{addr_key, addr_words};
+use super::writer::addr_key;
 
 /// What `NAT_BACKENDS` holds for one written state.
 #[derive(Debug, Default, PartialEq)]
@@ -23,7 +23,7 @@ pub(crate) struct NatBackends {
 }
 
 /// What a reply of VIP `v` from a backend with `port` (host order, 0: keeps the client's)
-/// tells: `Some((backend port, VIP port))` in network order, 0 meaning "any" and "the
+/// tells: `Some((backend port, VIP port))`, 0 meaning "any" and "the
 /// reply's source port"; `None` when a reply cannot tell the VIP's port.
 fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
     if v.proto == PROTO_ANY {
@@ -32,8 +32,8 @@ fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
     }
     let (first, last) = v.ports;
     match (first == last, port) {
-        (true, 0) => Some((first.to_be(), first.to_be())),
-        (true, p) => Some((p.to_be(), first.to_be())),
+        (true, 0) => Some((first, first)),
+        (true, p) => Some((p, first)),
         // A Port Range whose backends keep the client's port: the reply's port is the VIP's.
         (false, 0) => Some((0, 0)),
         // A Port Range onto one backend port: the reply cannot tell which port was used.
@@ -48,7 +48,7 @@ impl NatBackends {
         let mut out: HashMap<AddrKey, NatTargets> = HashMap::new();
         let mut reverse = HashSet::new();
         for v in state.vips.iter().filter(|v| !v.dsr) {
-            let (vip_addr, _) = addr_words(v.address);
+            let (vip_addr, _) = Addr::from_ip(v.address);
             let mut targets = Vec::new();
             let mut untraceable = false;
             for b in &v.backends {
@@ -159,11 +159,11 @@ mod tests {
         assert_eq!(nat.len(), 4);
         let t = nat[&key("10.2.0.1")];
         assert_eq!((t.len, t.targets[0].vip_id), (1, 1));
-        assert_eq!(t.targets[0].vip_port, 80u16.to_be());
-        assert_eq!(t.targets[0].backend_port, 8080u16.to_be());
+        assert_eq!(t.targets[0].vip_port, 80);
+        assert_eq!(t.targets[0].backend_port, 8080);
         assert_eq!(t.targets[0].proto, 6);
         let t = nat[&key("10.2.0.2")].targets[0];
-        assert_eq!((t.backend_port, t.vip_port), (80u16.to_be(), 80u16.to_be()));
+        assert_eq!((t.backend_port, t.vip_port), (80, 80));
         // Port Range keeping the client's port, and ANY-L3: the reply's port is the VIP's.
         let t = nat[&key("10.2.0.3")].targets[0];
         assert_eq!((t.backend_port, t.vip_port, t.proto), (0, 0, 17));

@@ -3,10 +3,9 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context, Result, bail};
-use lb_common::{BackendSlot, FAMILY_V4};
+use lb_common::BackendSlot;
 use serde::Serialize;
 
 use super::loader::DataPath;
@@ -97,14 +96,5 @@ impl DataPath {
 
 /// A slot's Maglev key, "address:port", formatted as the writer formats it.
 fn slot_key(s: &BackendSlot) -> String {
-    let address = if s.family == FAMILY_V4 {
-        IpAddr::V4(Ipv4Addr::from(s.addr[0].to_ne_bytes()))
-    } else {
-        let mut o = [0u8; 16];
-        for (i, w) in s.addr.iter().enumerate() {
-            o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-        }
-        IpAddr::V6(Ipv6Addr::from(o))
-    };
-    format!("{address}:{}", u16::from_be(s.port))
+    format!("{}:{}", s.addr.to_ip(s.family), s.port)
 }

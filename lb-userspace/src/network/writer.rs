@@ -12,9 +12,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
 use lb_common::{
-    ADDR_VIP_ANY, ADDR_VIP_RANGE, AddrKey, BackendSlot, FAMILY_V4, FAMILY_V6, MAX_BACKEND_SLOTS,
-    MAX_VIPS, PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR,
-    VIP_F_REVERSE_ENTRY, VipKey, VipMeta,
+    ADDR_VIP_ANY, ADDR_VIP_RANGE, Addr, AddrKey, BackendSlot, MAX_BACKEND_SLOTS, MAX_VIPS,
+    PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_REVERSE_ENTRY, VipKey,
+    VipMeta,
 };
 
 use tracing::debug;
@@ -29,21 +29,8 @@ use super::{batch, build, pins, sys};
 use crate::config::Config;
 use crate::selection::Health;
 
-/// An address in the maps' 16-byte form (network byte order; IPv4 in word 0) and its
-/// family marker.
-pub(crate) fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
-    match a {
-        IpAddr::V4(a) => ([u32::from_ne_bytes(a.octets()), 0, 0, 0], FAMILY_V4),
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-            ([word(0), word(4), word(8), word(12)], FAMILY_V6)
-        }
-    }
-}
-
 pub(crate) fn addr_key(a: IpAddr) -> AddrKey {
-    let (addr, family) = addr_words(a);
+    let (addr, family) = Addr::from_ip(a);
     AddrKey {
         addr,
         family,
@@ -116,10 +103,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             };
             used_slots.insert(slot);
             if !unchanged {
-                let (addr, family) = addr_words(b.address);
+                let (addr, family) = Addr::from_ip(b.address);
                 let entry = BackendSlot {
                     addr,
-                    port: b.port.to_be(),
+                    port: b.port,
                     flags: if b.active { SLOT_F_ACTIVE } else { 0 },
                     family,
                     vip_id,
@@ -414,7 +401,7 @@ fn meta(v: &VipState) -> VipMeta {
 }
 
 fn exact_key(v: &VipState) -> Option<VipKey> {
-    let (addr, family) = addr_words(v.address);
+    let (addr, family) = Addr::from_ip(v.address);
     if v.proto == PROTO_ANY {
         Some(VipKey {
             addr,
@@ -425,7 +412,7 @@ fn exact_key(v: &VipState) -> Option<VipKey> {
     } else if v.ports.0 == v.ports.1 {
         Some(VipKey {
             addr,
-            port: v.ports.0.to_be(),
+            port: v.ports.0,
             proto: v.proto,
             family,
         })
@@ -441,12 +428,12 @@ fn range_keys(v: &VipState) -> Vec<Key<RangeData>> {
     range_prefixes(v.ports.0, v.ports.1)
         .into_iter()
         .map(|(port, bits)| {
-            let (addr, family) = addr_words(v.address);
+            let (addr, family) = Addr::from_ip(v.address);
             let data = RangeData {
                 addr,
                 proto: v.proto,
                 family,
-                port: port.to_be(),
+                port: port.to_be_bytes(),
             };
             Key::new(RANGE_PREFIX_BASE + bits, data)
         })
@@ -550,15 +537,14 @@ mod tests {
     /// family.
     #[test]
     fn addresses_are_stored_in_wire_order_with_their_family() {
-        let (v4, f4) = addr_words("10.1.2.3".parse().expect("ip"));
-        assert_eq!(f4, FAMILY_V4);
-        assert_eq!(v4[0].to_ne_bytes(), [10, 1, 2, 3]);
-        assert_eq!(&v4[1..], &[0, 0, 0]);
-        let (v6, f6) = addr_words("2001:db8::a:1".parse().expect("ip"));
-        assert_eq!(f6, FAMILY_V6);
-        let bytes: Vec<u8> = v6.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let (v4, f4) = Addr::from_ip("10.1.2.3".parse().expect("ip"));
+        assert_eq!(f4, lb_common::FAMILY_V4);
+        assert_eq!(v4.words()[0].to_ne_bytes(), [10, 1, 2, 3]);
+        assert_eq!(v4.octets[4..], [0; 12]);
+        let (v6, f6) = Addr::from_ip("2001:db8::a:1".parse().expect("ip"));
+        assert_eq!(f6, lb_common::FAMILY_V6);
         assert_eq!(
-            bytes,
+            v6.octets,
             [
                 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0, 0x01
             ]
