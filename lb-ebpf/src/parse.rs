@@ -113,7 +113,13 @@ fn parse4(start: usize, end: usize, eth: *mut EthHdr, l3: usize) -> Result<Packe
         return Err(Skip::Malformed);
     }
     if unsafe { (*ip).frag_off } & IP_FRAG_MASK != 0 {
-        return Err(Skip::Fragment);
+        // A fragment goes to the kernel; first malformed when its length does not fit the
+        // frame or its header (the kernel drops it as truncated).
+        let ip_end = l3 + u16::from_be(unsafe { (*ip).tot_len }) as usize;
+        return Err(match within(ip_end, l4_off, end - start) {
+            Ok(()) => Skip::Fragment,
+            Err(malformed) => malformed,
+        });
     }
     let mut pkt = Packet {
         eth,
@@ -150,8 +156,8 @@ pub fn within(ip_end: usize, l4_end: usize, frame: usize) -> Result<(), Skip> {
 }
 
 /// Reads the ports and flags of TCP and UDP and checks that TCP, UDP and ICMP headers lie
-/// inside the frame; returns where the transport header ends (an offset from the frame
-/// start), for the caller's length check.
+/// inside the frame; returns where the transport header ends (for UDP, where the datagram
+/// says it ends), an offset from the frame start, for the caller's length check.
 #[inline(always)]
 pub fn transport<H: IpHeader>(
     start: usize,
@@ -179,7 +185,13 @@ pub fn transport<H: IpHeader>(
             if H::ICMP_PSEUDO_HEADER && unsafe { (*udp).check } == 0 {
                 return Err(Skip::Malformed);
             }
-            Ok(l4_off + size_of::<UdpHdr>())
+            // The datagram's own length covers its header and lies inside the IP payload
+            // (the caller checks the end returned here against the IP length).
+            let len = u16::from_be(unsafe { (*udp).len }) as usize;
+            if len < size_of::<UdpHdr>() {
+                return Err(Skip::Malformed);
+            }
+            Ok(l4_off + len)
         }
         p if p == H::ICMP => {
             let icmp: *mut IcmpHdr = ptr_at(start, end, l4_off).ok_or(Skip::Malformed)?;

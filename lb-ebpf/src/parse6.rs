@@ -41,6 +41,12 @@ pub fn parse6(
         match next {
             IPV6_HOPOPTS | IPV6_DSTOPTS | IPV6_ROUTING => {
                 let ext: *mut Ipv6ExtHdr = ptr_at(start, end, off).ok_or(Skip::Malformed)?;
+                // A header that runs past the frame or the payload is malformed, whatever
+                // it says.
+                let ext_end = off + (unsafe { (*ext).len } as usize + 1) * 8;
+                if !fits(start, end, ext_end) || ext_end > ip_end {
+                    return Err(Skip::Malformed);
+                }
                 if next == IPV6_ROUTING {
                     let rt: *mut Ipv6RoutingHdr = ptr_at(start, end, off).ok_or(Skip::Malformed)?;
                     // Still in transit: the destination address is not the final one.
@@ -49,10 +55,7 @@ pub fn parse6(
                     }
                 }
                 next = unsafe { (*ext).nexthdr };
-                off += (unsafe { (*ext).len } as usize + 1) * 8;
-                if !fits(start, end, off) || off > ip_end {
-                    return Err(Skip::Malformed);
-                }
+                off = ext_end;
                 walked += 1;
             }
             IPV6_FRAGMENT => return Err(passed(Skip::Fragment)),

@@ -9,6 +9,8 @@
 
 #[path = "fixtures/cases_backends.rs"]
 mod cases_backends;
+#[path = "fixtures/cases_fuzz.rs"]
+mod cases_fuzz;
 #[path = "fixtures/cases_icmp_error.rs"]
 mod cases_icmp_error;
 #[path = "fixtures/cases_ipv6.rs"]
@@ -104,6 +106,8 @@ fn main() -> ExitCode {
         cases_mtu::list(),
         cases_icmp_error::list(),
         cases_ipv6_parse::list(),
+        // Last: its 100,000 frames leave flows behind.
+        cases_fuzz::list(),
     ]
     .into_iter()
     .flatten()
