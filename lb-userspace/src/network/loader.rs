@@ -19,6 +19,7 @@ use aya_obj::programs::XdpAttachType;
 use lb_common::names;
 
 use super::maps::Maps;
+use super::nat::NatBackends;
 use super::spare::Pool;
 use super::state::State;
 
@@ -70,6 +71,8 @@ pub struct DataPath {
     pub(crate) table_btf: Option<OwnedFd>,
     /// The Maglev tables this process made, in use and spare.
     pub(crate) pool: Pool,
+    /// What NAT_BACKENDS holds after this process's last write (`None` before one).
+    pub(crate) nat: Option<NatBackends>,
 }
 
 fn prog_pin(dir: &Path) -> PathBuf {
@@ -215,6 +218,7 @@ impl DataPath {
             written: false,
             table_btf: super::btf::load(),
             pool: Pool::default(),
+            nat: None,
         })
     }
 
@@ -245,6 +249,7 @@ impl DataPath {
             written: false,
             table_btf: super::btf::load(),
             pool: Pool::default(),
+            nat: None,
         })
     }
 

@@ -3,7 +3,10 @@
 //! writing a reverse entry for every new flow.
 //!
 //! Entries are written before the slots and VIPs that send flows to a backend (a reply of
-//! the first flow already finds its VIP) and removed after them.
+//! the first flow already finds its VIP) and removed after them. A VIP named in the entries
+//! stays named for the backends it keeps, even when a change (a backend shared by too many
+//! VIPs, a Port Range onto one port) makes it write reverse entries from then on: the
+//! flows it has are only found through these entries.
 
 use std::collections::{HashMap, HashSet};
 
@@ -41,49 +44,81 @@ fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
     }
 }
 
+/// The targets a reply of `v` can be traced by, one per backend address and port; true
+/// when some backend's replies cannot name the VIP.
+fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
+    let (vip_addr, _) = Addr::from_ip(v.address);
+    let mut targets = Vec::new();
+    let mut untraceable = false;
+    for b in &v.backends {
+        let Some((backend_port, vip_port)) = ports_of(v, b.port) else {
+            untraceable = true;
+            continue;
+        };
+        let target = NatTarget {
+            vip_addr,
+            vip_port,
+            backend_port,
+            vip_id: v.vip_id,
+            proto: v.proto,
+            pad: [0; 3],
+        };
+        let key = addr_key(b.address);
+        if !targets.contains(&(key, target)) {
+            targets.push((key, target));
+        }
+    }
+    (targets, untraceable)
+}
+
 impl NatBackends {
-    /// The entries of `state`'s NAT VIPs. VIPs whose replies cannot be traced through them
-    /// (see `VIP_F_REVERSE_ENTRY`) are left out and named in `reverse`.
-    pub fn plan(state: &State) -> NatBackends {
+    /// The entries of `state`'s NAT VIPs, given what `old` (the entries in the map, when
+    /// known) holds. Every target of `old` the state still has is kept first, so a VIP
+    /// never loses the replies of the flows it has. A VIP that cannot be traced under every
+    /// backend (see `VIP_F_REVERSE_ENTRY`) is named in `reverse`: its new flows write
+    /// reverse entries, and it gains no target (it keeps the ones it had).
+    pub fn plan(state: &State, old: Option<&NatBackends>) -> NatBackends {
+        let wanted: Vec<(&VipState, Vec<(AddrKey, NatTarget)>, bool)> = state
+            .vips
+            .iter()
+            .filter(|v| !v.dsr)
+            .map(|v| {
+                let (targets, untraceable) = targets_of(v);
+                (v, targets, untraceable)
+            })
+            .collect();
         let mut out: HashMap<AddrKey, NatTargets> = HashMap::new();
-        let mut reverse = HashSet::new();
-        for v in state.vips.iter().filter(|v| !v.dsr) {
-            let (vip_addr, _) = Addr::from_ip(v.address);
-            let mut targets = Vec::new();
-            let mut untraceable = false;
-            for b in &v.backends {
-                let Some((backend_port, vip_port)) = ports_of(v, b.port) else {
-                    untraceable = true;
-                    continue;
-                };
-                let target = NatTarget {
-                    vip_addr,
-                    vip_port,
-                    backend_port,
-                    vip_id: v.vip_id,
-                    proto: v.proto,
-                    pad: [0; 3],
-                };
-                let key = addr_key(b.address);
-                if !targets.contains(&(key, target)) {
-                    targets.push((key, target));
-                }
+        let place = |out: &mut HashMap<AddrKey, NatTargets>, k: AddrKey, target: NatTarget| {
+            let t = out.entry(k).or_default();
+            t.targets[t.len as usize] = target;
+            t.len += 1;
+        };
+        // Kept targets first: `old` had at most MAX_NAT_TARGETS under each key.
+        let was = |k: &AddrKey, t: &NatTarget| {
+            old.and_then(|o| o.entries.get(k))
+                .is_some_and(|have| have.targets[..have.len as usize].contains(t))
+        };
+        for (_, targets, _) in &wanted {
+            for (k, t) in targets.iter().filter(|(k, t)| was(k, t)) {
+                place(&mut out, *k, *t);
             }
-            // Room for this VIP under every backend, or it keeps reverse entries for all of
-            // its flows (never half and half).
-            let full = targets.iter().any(|(k, _)| {
-                let mine = targets.iter().filter(|(k2, _)| k2 == k).count();
+        }
+        let mut reverse = HashSet::new();
+        for (v, targets, untraceable) in &wanted {
+            let new: Vec<&(AddrKey, NatTarget)> =
+                targets.iter().filter(|(k, t)| !was(k, t)).collect();
+            // Room for the rest under every backend, or none of it is added.
+            let full = new.iter().any(|(k, _)| {
+                let mine = new.iter().filter(|(k2, _)| k2 == k).count();
                 let have = out.get(k).map_or(0, |t| t.len as usize);
                 have + mine > MAX_NAT_TARGETS
             });
-            if untraceable || full {
+            if *untraceable || full {
                 reverse.insert(v.vip_id);
                 continue;
             }
-            for (k, target) in targets {
-                let t = out.entry(k).or_default();
-                t.targets[t.len as usize] = target;
-                t.len += 1;
+            for (k, target) in new {
+                place(&mut out, *k, *target);
             }
         }
         NatBackends {
@@ -119,6 +154,20 @@ impl NatBackends {
             let _ = maps.nat_backends.remove(k);
         }
     }
+
+    /// What the map holds now (after a restart, or a write that failed half-way): the
+    /// entries to keep and to diff against.
+    pub fn read(maps: &Maps) -> Result<NatBackends> {
+        let mut entries = HashMap::new();
+        for entry in maps.nat_backends.iter() {
+            let (k, t) = entry.context("reading NAT_BACKENDS")?;
+            entries.insert(k, t);
+        }
+        Ok(NatBackends {
+            entries,
+            reverse: HashSet::new(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -153,7 +202,7 @@ mod tests {
             ],
             next_slot: 0,
         };
-        let nat = NatBackends::plan(&state);
+        let nat = NatBackends::plan(&state, None);
         nat.mark(&mut state);
         let nat = nat.entries;
         assert_eq!(nat.len(), 4);
@@ -181,7 +230,7 @@ mod tests {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         }
         let mut state = State { vips, next_slot: 0 };
-        let nat = NatBackends::plan(&state);
+        let nat = NatBackends::plan(&state, None);
         nat.mark(&mut state);
         let nat = nat.entries;
         let flagged: Vec<u32> = state
@@ -193,5 +242,60 @@ mod tests {
         assert_eq!(flagged, vec![1, 6]);
         assert_eq!(nat[&key("10.2.0.9")].len, MAX_NAT_TARGETS as u32);
         assert!(!nat.contains_key(&key("10.2.0.1")));
+    }
+
+    fn vip_ids(nat: &NatBackends, k: &str) -> Vec<u32> {
+        let t = nat.entries[&key(k)];
+        t.targets[..t.len as usize]
+            .iter()
+            .map(|t| t.vip_id)
+            .collect()
+    }
+
+    /// Issue 16: a traced VIP that gains a backend already shared by four VIPs writes
+    /// reverse entries from then on, but keeps its targets under the backends it had: the
+    /// replies of its flows there are still found.
+    #[test]
+    fn a_vip_keeps_its_targets_when_it_turns_to_reverse_entries() {
+        let mut vips = vec![vip(1, 6, (80, 80), false, &[("10.2.0.1", 8080)])];
+        for id in 2..=5 {
+            vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
+        }
+        let state = State { vips, next_slot: 0 };
+        let before = NatBackends::plan(&state, None);
+        assert!(before.reverse.is_empty());
+        let mut changed = state;
+        changed.vips[0] = vip(
+            1,
+            6,
+            (80, 80),
+            false,
+            &[("10.2.0.1", 8080), ("10.2.0.9", 8080)],
+        );
+        let after = NatBackends::plan(&changed, Some(&before));
+        assert_eq!(after.reverse, HashSet::from([1]));
+        assert_eq!(vip_ids(&after, "10.2.0.1"), vec![1]);
+        assert_eq!(vip_ids(&after, "10.2.0.9"), vec![2, 3, 4, 5]);
+    }
+
+    /// Issue 16: a new VIP placed before the others (a lower id) never takes the place of
+    /// one already traced under a shared backend.
+    #[test]
+    fn a_new_vip_never_pushes_out_a_traced_one() {
+        let vips: Vec<VipState> = (2..=5)
+            .map(|id| vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]))
+            .collect();
+        let state = State { vips, next_slot: 0 };
+        let before = NatBackends::plan(&state, None);
+        let mut grown = state;
+        grown
+            .vips
+            .insert(0, vip(1, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
+        let after = NatBackends::plan(&grown, Some(&before));
+        assert_eq!(after.reverse, HashSet::from([1]));
+        assert_eq!(vip_ids(&after, "10.2.0.9"), vec![2, 3, 4, 5]);
+        // Without what the map held, the same state plans in list order.
+        let fresh = NatBackends::plan(&grown, None);
+        assert_eq!(fresh.reverse, HashSet::from([5]));
     }
 }

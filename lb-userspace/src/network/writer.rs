@@ -168,10 +168,14 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let grown = old_filter.union(&new_filter);
     grown.write(&mut dp.maps, trust_old.then_some(&old_filter))?;
     // Replies of the first new flow must already find their VIP.
-    let old_nat = NatBackends::plan(old);
-    let new_nat = NatBackends::plan(&new);
+    // Taken, so that a write failing from here on leaves it to be read from the map.
+    let old_nat = match (dp.nat.take(), trust_old) {
+        (Some(nat), true) => nat,
+        _ => NatBackends::read(&dp.maps)?,
+    };
+    let new_nat = NatBackends::plan(&new, Some(&old_nat));
     new_nat.mark(&mut new);
-    new_nat.write(&mut dp.maps, trust_old.then_some(&old_nat))?;
+    new_nat.write(&mut dp.maps, Some(&old_nat))?;
     let filled = started.elapsed();
     let maps = &mut dp.maps;
     batch::reset_counters(
@@ -230,6 +234,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         swapped - filled,
     );
     dp.state = new;
+    dp.nat = Some(new_nat);
     dp.written = true;
     Ok(())
 }
