@@ -78,7 +78,7 @@ impl NatBackends {
     /// backend (see `VIP_F_REVERSE_ENTRY`) is named in `reverse`: its new flows write
     /// reverse entries, and it gains no target (it keeps the ones it had).
     pub fn plan(state: &State, old: Option<&NatBackends>) -> NatBackends {
-        let wanted: Vec<(&VipState, Vec<(AddrKey, NatTarget)>, bool)> = state
+        let wanted: Vec<_> = state
             .vips
             .iter()
             .filter(|v| !v.dsr)
