@@ -124,7 +124,8 @@ async fn serve(
         }
     };
     match rt.kind {
-        VServiceKind::L7Tcp => super::tcp::serve(rt, stream, peer).await,
+        // Boxed: the tunnel's state would otherwise size every HTTP connection's task.
+        VServiceKind::L7Tcp => Box::pin(super::tcp::serve(rt, stream, peer)).await,
         _ => super::http::serve(rt, stream, peer, phase).await,
     }
 }
