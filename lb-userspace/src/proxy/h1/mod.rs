@@ -23,12 +23,12 @@ use std::time::Duration;
 use bytes::Buf;
 use hyper::StatusCode;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use super::balance::{Lease, LiveError};
 use super::headers;
-use super::listener::{Phase, closing};
+use super::http::{serve_h2c, sniff_h2};
+use super::listener::Closing;
 use super::responses::Local;
 use super::retry::{self, Failure, Tries};
 use super::runtime::VsRuntime;
@@ -53,7 +53,8 @@ struct Line {
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
+    /// Set when the listener closes.
+    closing: Arc<Closing>,
 }
 
 /// A connection with requests under way, and the buffers it holds meanwhile.
@@ -61,7 +62,7 @@ struct Conn {
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
+    closing: Arc<Closing>,
     /// Lent by this thread's pool until the connection waits again.
     b: Box<Buffers>,
 }
@@ -87,38 +88,67 @@ enum Next {
 /// request.
 type SettingsCache<'a> = arc_swap::Cache<&'a arc_swap::ArcSwap<VsSettings>, Arc<VsSettings>>;
 
-/// Serves one plain HTTP/1.x client connection until it closes.
+/// Serves one connection of a plain listener until it closes: HTTP/1.x here, HTTP/2 with
+/// prior knowledge (h2c) handed over to hyper.
 ///
 /// The task alternates between two states: waiting for a request, which holds only the
 /// socket and a timer (no buffer: the thread's pool has them), and serving requests, whose
 /// larger state is boxed for as long as requests keep coming, so the many idle keep-alive
-/// connections of a balancer cost little more than their sockets.
-pub(crate) async fn serve(
+/// connections of a balancer cost little more than their sockets (issue 22).
+pub(crate) fn serve(
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
-) {
-    let settings_of = rt.clone();
-    let mut settings = SettingsCache::new(&settings_of.settings);
-    let mut line = Line {
+    closing: Arc<Closing>,
+) -> impl Future<Output = ()> + Send {
+    // A plain function: the connection is the future's only captured state, not a copy
+    // of its parts beside it.
+    serve_line(Line {
         rt,
         client,
         peer,
-        phase,
-    };
+        closing,
+    })
+}
+
+async fn serve_line(mut line: Line) {
+    let settings_of = line.rt.clone();
+    let mut settings = SettingsCache::new(&settings_of.settings);
+    // Boxed: waiting for the first bytes takes more room than waiting between requests.
+    let client_timeout = settings.load().l7.timeouts.client;
+    match Box::pin(sniff_h2(&line.client, client_timeout)).await {
+        Some(false) => {}
+        Some(true) => {
+            let Line {
+                rt,
+                client,
+                peer,
+                closing,
+            } = line;
+            return Box::pin(serve_h2c(rt, client, peer, closing)).await;
+        }
+        None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
+    }
     let mut first = true;
     loop {
-        let (keep_alive, client_timeout) = {
+        let started = Instant::now();
+        let deadline = {
             let t = &settings.load().l7.timeouts;
-            (t.keep_alive, t.client)
+            started + if first { t.client } else { t.keep_alive }
         };
-        let Some((b, deadline)) = line.wait_request(keep_alive, client_timeout, first).await else {
+        let Some(b) = line.wait_request(deadline, first).await else {
             return;
+        };
+        // The first byte of a request: the whole head within the client timeout (from the
+        // connection's start for its first request).
+        let head_by = if first {
+            deadline
+        } else {
+            Instant::now() + settings.load().l7.timeouts.client
         };
         first = false;
         let conn = Conn::new(line, b);
-        let (back, b, next) = Box::pin(conn.serve_requests(&mut settings, deadline)).await;
+        let (back, b, next) = Box::pin(conn.serve_requests(&mut settings, head_by)).await;
         buffers::give_back(b);
         if next == Next::Close {
             return;
@@ -137,38 +167,28 @@ enum Woke {
 
 impl Line {
     /// Waits, holding no buffer, until the client sends the first bytes of a request, and
-    /// reads them into buffers from this thread's pool; also returns the deadline of the
-    /// whole head. None when the connection should end: the client closed or stayed silent
-    /// past `keep_alive` (`client_timeout` for a new connection's first request), or the
-    /// listener is closing and no request came within a short grace.
+    /// reads them into buffers from this thread's pool. None when the connection should
+    /// end: the client closed, or stayed silent past `deadline` (the keep-alive timeout, or
+    /// the client timeout for a new connection's first request), or the listener is closing
+    /// and no request came within a short grace.
     ///
-    /// Written with the socket's and the timer's own poll functions, not their futures:
-    /// this is the state an idle connection spends its life in, and its size is most of
-    /// what an idle connection costs.
-    async fn wait_request(
-        &mut self,
-        keep_alive: Duration,
-        client_timeout: Duration,
-        first: bool,
-    ) -> Option<(Box<Buffers>, Instant)> {
-        let started = Instant::now();
-        let sleep = sleep_until(started + if first { client_timeout } else { keep_alive });
+    /// Written with the socket's, the timer's and the closing signal's own poll functions,
+    /// not futures wrapping them: this is the state an idle connection spends its life in,
+    /// and its size is most of what an idle connection costs.
+    async fn wait_request(&mut self, deadline: Instant, first: bool) -> Option<Box<Buffers>> {
+        let sleep = sleep_until(deadline);
         tokio::pin!(sleep);
-        let Line {
-            rt,
-            client,
-            peer,
-            phase,
-        } = self;
-        let closing = closing(phase);
+        let closing = self.closing.notified();
         tokio::pin!(closing);
         let mut closing_seen = false;
         loop {
             let woke = std::future::poll_fn(|cx| {
-                if client.poll_read_ready(cx).is_ready() {
+                if self.client.poll_read_ready(cx).is_ready() {
                     return Poll::Ready(Woke::Readable);
                 }
-                if !closing_seen && closing.as_mut().poll(cx).is_ready() {
+                // The flag is read after the wakeup is registered (its first poll): a close
+                // between the two is seen either way.
+                if !closing_seen && (closing.as_mut().poll(cx).is_ready() || self.closing.now()) {
                     // A request sent just now may be on its way: it is served (its answer
                     // closes the connection) rather than cut by a close the client cannot
                     // tell from a failure.
@@ -183,24 +203,15 @@ impl Line {
             .await;
             if let Woke::TimedOut = woke {
                 if first && !closing_seen {
-                    tracing::debug!(vservice = %rt.name, peer = %peer,
+                    tracing::debug!(vservice = %self.rt.name, peer = %self.peer,
                         "request head not received within the client timeout");
                 }
                 return None;
             }
             let mut b = buffers::take();
             b.cbuf.reserve(HEAD_READ);
-            match client.try_read_buf(&mut b.cbuf) {
-                Ok(n) if n > 0 => {
-                    // The first byte of a request: the whole head within the client
-                    // timeout (from the connection's start for its first request).
-                    let head_by = if first {
-                        started + client_timeout
-                    } else {
-                        Instant::now() + client_timeout
-                    };
-                    return Some((b, head_by));
-                }
+            match self.client.try_read_buf(&mut b.cbuf) {
+                Ok(n) if n > 0 => return Some(b),
                 // The readiness was stale: wait again, the buffers back in the pool.
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buffers::give_back(b),
                 _ => {
@@ -218,13 +229,13 @@ impl Conn {
             rt,
             client,
             peer,
-            phase,
+            closing,
         } = line;
         Conn {
             rt,
             client,
             peer,
-            phase,
+            closing,
             b,
         }
     }
@@ -260,14 +271,14 @@ impl Conn {
             rt,
             client,
             peer,
-            phase,
+            closing,
             b,
         } = conn;
         let line = Line {
             rt,
             client,
             peer,
-            phase,
+            closing,
         };
         (line, b, next)
     }
@@ -650,7 +661,7 @@ impl Conn {
         let framing = self.b.resp.framing.unwrap_or(Framing::UntilClose);
         let client_minor = self.b.req.minor;
         let dechunk = framing == Framing::Chunked && client_minor == 0;
-        let mut next = if self.b.req.wants_keep_alive() && !closing_now(&self.phase) {
+        let mut next = if self.b.req.wants_keep_alive() && !self.closing.now() {
             Next::KeepAlive
         } else {
             Next::Close
@@ -752,8 +763,7 @@ impl Conn {
     /// Writes a local answer; closes when `next` says so, the client asked, or the listener
     /// is closing.
     async fn answer(&mut self, answer: Local, next: Next, t: &Timeouts) -> Next {
-        let close =
-            next == Next::Close || !self.b.req.wants_keep_alive() || closing_now(&self.phase);
+        let close = next == Next::Close || !self.b.req.wants_keep_alive() || self.closing.now();
         self.b.out.clear();
         answer.write_h1(&mut self.b.out, close);
         if !send(&mut self.client, &self.b.out, t.client).await || close {
@@ -774,9 +784,4 @@ impl Conn {
             _ => Next::Close,
         }
     }
-}
-
-/// The listener asked connections to finish.
-fn closing_now(phase: &watch::Receiver<Phase>) -> bool {
-    *phase.borrow() == Phase::Closing
 }
