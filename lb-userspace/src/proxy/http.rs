@@ -1,5 +1,6 @@
-//! One client connection of an HTTP vService: TLS (ALPN) or plain, HTTP/1.1 or HTTP/2 (h2c by
-//! preface), served by hyper with the vService's timeouts and header limits.
+//! The client connections of an HTTP vService that hyper serves: TLS (HTTP/1.1 or HTTP/2 by
+//! ALPN) and HTTP/2 with prior knowledge on a plain listener (h2c, told by its preface),
+//! with the vService's timeouts and header limits. Plain HTTP/1.x goes through `super::h1`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,12 +13,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::activity::{Activity, Tracked};
 use super::forward;
-use super::listener::{Phase, closing};
+use super::listener::Closing;
 use super::runtime::VsRuntime;
 use crate::config::Timeouts;
 
@@ -28,39 +28,41 @@ pub const MAX_RESPONSE_HEAD_BYTES: usize = 64 * 1024;
 /// The HTTP/2 connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Serves one accepted connection until it closes; never panics on client input.
-pub(crate) async fn serve(
+/// Serves one accepted connection of a TLS listener until it closes: completes the TLS
+/// handshake (within the client timeout), then serves HTTP/1.1 or HTTP/2 as ALPN chose;
+/// never panics on client input.
+pub(crate) async fn serve_tls(
+    rt: Arc<VsRuntime>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    closing: Arc<Closing>,
+) {
+    let timeouts = rt.settings.load().l7.timeouts;
+    let tls = match tokio::time::timeout(timeouts.client, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
+        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    run(rt, tls, peer, true, h2, closing, timeouts).await;
+}
+
+/// Serves HTTP/2 with prior knowledge (h2c) on a plain connection until it closes; the
+/// HTTP/1.1 path hands over the connections that start with the preface.
+pub(crate) async fn serve_h2c(
     rt: Arc<VsRuntime>,
     stream: TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
+    closing: Arc<Closing>,
 ) {
-    let settings = rt.settings.load_full();
-    let timeouts = settings.l7.timeouts;
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(%error, "set_nodelay failed");
-    }
-    match settings.tls.clone() {
-        Some(acceptor) => {
-            let tls = match tokio::time::timeout(timeouts.client, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            run(rt, tls, peer, true, h2, phase, timeouts).await;
-        }
-        None => match sniff_h2(&stream, timeouts.client).await {
-            Some(true) => run(rt, stream, peer, false, true, phase, timeouts).await,
-            Some(false) => super::h1::serve(rt, stream, peer, phase).await,
-            None => tracing::debug!(%peer, "client sent nothing in time"),
-        },
-    }
+    let timeouts = rt.settings.load().l7.timeouts;
+    run(rt, stream, peer, false, true, closing, timeouts).await;
 }
 
 /// Tells HTTP/2 with prior knowledge (h2c) from HTTP/1.x by the first bytes, without
 /// consuming them. None when the client closes or stays silent past `limit` (slowloris).
-async fn sniff_h2(stream: &TcpStream, limit: Duration) -> Option<bool> {
+pub(crate) async fn sniff_h2(stream: &TcpStream, limit: Duration) -> Option<bool> {
     let sniff = async {
         let mut buf = [0u8; PREFACE.len()];
         loop {
@@ -87,7 +89,7 @@ async fn run<I>(
     peer: SocketAddr,
     tls: bool,
     h2: bool,
-    phase: watch::Receiver<Phase>,
+    closing: Arc<Closing>,
     timeouts: Timeouts,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -113,7 +115,7 @@ async fn run<I>(
             .max_header_list_size(u32::try_from(limits.head).unwrap_or(u32::MAX))
             .serve_connection(io, service);
         let idle = Some((activity, timeouts.keep_alive));
-        drive(conn, |c| c.graceful_shutdown(), phase, idle).await
+        drive(conn, |c| c.graceful_shutdown(), &closing, idle).await
     } else {
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
@@ -123,7 +125,7 @@ async fn run<I>(
             .max_buf_size((2 * limits.head).max(8192))
             .keep_alive(true)
             .serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), phase, None).await
+        drive(conn, |c| c.graceful_shutdown(), &closing, None).await
     };
     if let Err(error) = result {
         if error.is_parse() {
@@ -139,7 +141,7 @@ async fn run<I>(
 async fn drive<C>(
     conn: C,
     shutdown: fn(Pin<&mut C>),
-    mut phase: watch::Receiver<Phase>,
+    closing: &Closing,
     idle: Option<(Arc<Activity>, Duration)>,
 ) -> Result<(), hyper::Error>
 where
@@ -165,7 +167,7 @@ where
         };
         tokio::select! {
             result = conn.as_mut() => return result,
-            () = closing(&mut phase), if !draining => {
+            () = closing.wait(), if !draining => {
                 draining = true;
                 shutdown(conn.as_mut());
             }

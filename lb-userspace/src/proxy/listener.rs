@@ -5,25 +5,68 @@
 //! their own (S-MT1), and ends when the last connection has. Aborting the task cuts them all.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::runtime::Handle;
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::runtime::VsRuntime;
 use super::workers::Workers;
 use crate::config::VServiceKind;
 
-/// What connections of a listener should do.
+/// What the accept loop of a listener should do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
+enum Phase {
     /// Serve normally.
     Running,
-    /// The listener stopped accepting: HTTP connections close after in-flight requests.
+    /// Stop accepting.
     Closing,
+}
+
+/// Tells the connections of one listener on one worker that the listener is closing: HTTP
+/// connections then close after their in-flight requests. A flag and a wakeup rather than a
+/// channel: every idle keep-alive connection waits on it, and the smaller the wait, the
+/// less an idle connection costs (issue 22).
+#[derive(Default)]
+pub(crate) struct Closing {
+    closed: AtomicBool,
+    notify: Notify,
+}
+
+impl Closing {
+    /// The listener is closing.
+    pub(crate) fn now(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// A wakeup for the close; registered when first polled, so [`Closing::now`] read after
+    /// that poll sees a close that came before it.
+    pub(crate) fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Returns once the listener is closing.
+    pub(crate) async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read: a close between the two still wakes it.
+        notified.as_mut().enable();
+        if self.now() {
+            return;
+        }
+        notified.await;
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
 }
 
 /// A running listener.
@@ -32,11 +75,11 @@ pub(crate) struct Listener {
     pub(crate) rt: Arc<VsRuntime>,
     /// The bound socket (shared so a reload can hand it to a successor without a gap).
     pub(crate) socket: Arc<TcpListener>,
-    /// The accept loop's phase, and one per worker for its connections: each connection
-    /// waits for Closing on its own worker's channel, so keep-alive waits on two workers
-    /// never share a lock.
+    /// The accept loop's phase, and one closing signal per worker for its connections: each
+    /// connection waits on its own worker's, so keep-alive waits on two workers never share
+    /// a lock.
     phase: watch::Sender<Phase>,
-    worker_phases: Vec<watch::Sender<Phase>>,
+    worker_closing: Vec<Arc<Closing>>,
     task: JoinHandle<()>,
 }
 
@@ -48,22 +91,21 @@ impl Listener {
         workers: Arc<Workers>,
     ) -> Listener {
         let (phase, rx) = watch::channel(Phase::Running);
-        let worker_phases: Vec<watch::Sender<Phase>> = (0..workers.count())
-            .map(|_| watch::Sender::new(Phase::Running))
+        let worker_closing: Vec<Arc<Closing>> = (0..workers.count())
+            .map(|_| Arc::new(Closing::default()))
             .collect();
-        let conn_phases = worker_phases.iter().map(watch::Sender::subscribe).collect();
         let task = tokio::spawn(accept_loop(
             rt.clone(),
             socket.clone(),
             rx,
             workers,
-            conn_phases,
+            worker_closing.clone(),
         ));
         Listener {
             rt,
             socket,
             phase,
-            worker_phases,
+            worker_closing,
             task,
         }
     }
@@ -71,8 +113,8 @@ impl Listener {
     /// Stops accepting; returns the task, which ends when the last connection has.
     pub(crate) fn close(self) -> JoinHandle<()> {
         self.phase.send_replace(Phase::Closing);
-        for phase in &self.worker_phases {
-            phase.send_replace(Phase::Closing);
+        for closing in &self.worker_closing {
+            closing.close();
         }
         self.task
     }
@@ -83,7 +125,7 @@ async fn accept_loop(
     socket: Arc<TcpListener>,
     mut phase: watch::Receiver<Phase>,
     workers: Arc<Workers>,
-    conn_phases: Vec<watch::Receiver<Phase>>,
+    worker_closing: Vec<Arc<Closing>>,
 ) {
     let mut conns = JoinSet::new();
     loop {
@@ -91,8 +133,7 @@ async fn accept_loop(
             accepted = socket.accept() => match accepted.and_then(|(s, peer)| Ok((s.into_std()?, peer))) {
                 Ok((stream, peer)) => {
                     let (i, worker) = workers.pick();
-                    let conn = serve(rt.clone(), stream, peer, conn_phases[i].clone());
-                    conns.spawn_on(conn, worker);
+                    spawn(&mut conns, &rt, stream, peer, worker, &worker_closing[i]);
                 }
                 Err(error) => {
                     // Typically out of file descriptors: back off instead of spinning.
@@ -101,7 +142,7 @@ async fn accept_loop(
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            () = closing(&mut phase) => break,
+            () = stopped(&mut phase) => break,
         }
     }
     drop(socket);
@@ -109,28 +150,47 @@ async fn accept_loop(
     while conns.join_next().await.is_some() {}
 }
 
-/// Serves one accepted connection on the worker running this task: the socket joins that
-/// worker's reactor, so its readiness events wake no other thread.
-async fn serve(
-    rt: Arc<VsRuntime>,
+/// Serves one accepted connection on `worker`: the socket joins that worker's reactor, so
+/// its readiness events wake no other thread. The task runs the path of the connection's
+/// kind from its start (L7 TCP, TLS, plain HTTP), with no layer between: an idle keep-alive
+/// connection's task holds only what its path needs (issue 22).
+fn spawn(
+    conns: &mut JoinSet<()>,
+    rt: &Arc<VsRuntime>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
+    worker: &Handle,
+    closing: &Arc<Closing>,
 ) {
-    let stream = match TcpStream::from_std(stream) {
-        Ok(stream) => stream,
-        Err(error) => {
-            return tracing::warn!(vservice = %rt.name, %error, "cannot register a connection");
+    let stream = {
+        let _on_worker = worker.enter();
+        match TcpStream::from_std(stream) {
+            Ok(stream) => stream,
+            Err(error) => {
+                return tracing::warn!(vservice = %rt.name, %error, "cannot register a connection");
+            }
         }
     };
-    match rt.kind {
-        VServiceKind::L7Tcp => super::tcp::serve(rt, stream, peer).await,
-        _ => super::http::serve(rt, stream, peer, phase).await,
+    let rt = rt.clone();
+    if rt.kind == VServiceKind::L7Tcp {
+        conns.spawn_on(super::tcp::serve(rt, stream, peer), worker);
+        return;
     }
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "set_nodelay failed");
+    }
+    let closing = closing.clone();
+    match rt.settings.load().tls.clone() {
+        Some(tls) => conns.spawn_on(
+            super::http::serve_tls(rt, tls, stream, peer, closing),
+            worker,
+        ),
+        None => conns.spawn_on(super::h1::serve(rt, stream, peer, closing), worker),
+    };
 }
 
-/// Returns once the listener is closing (or its owner is gone).
-pub(crate) async fn closing(phase: &mut watch::Receiver<Phase>) {
-    // The guard `wait_for` returns is dropped here, so callers' futures stay `Send`.
+/// Returns once the accept loop should stop (or its owner is gone).
+async fn stopped(phase: &mut watch::Receiver<Phase>) {
+    // The guard `wait_for` returns is dropped here, so the future stays `Send`.
     let _ = phase.wait_for(|p| *p == Phase::Closing).await.is_ok();
 }

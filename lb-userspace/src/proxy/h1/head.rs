@@ -166,6 +166,13 @@ impl Head {
         Ok(Parsed::Complete(n))
     }
 
+    /// Bytes this head holds allocated (its copy of the head and the header index).
+    pub(crate) fn footprint(&self) -> usize {
+        self.buf.capacity()
+            + self.headers.capacity() * std::mem::size_of::<(Span, Span)>()
+            + self.hop.capacity()
+    }
+
     fn reset(&mut self, head: &[u8]) {
         self.buf.clear();
         self.buf.extend_from_slice(head);

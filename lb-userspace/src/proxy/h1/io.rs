@@ -16,7 +16,7 @@ const READ_SIZE: usize = 16 * 1024;
 /// Room made per read of a request head: most heads fit in one read, and a client that
 /// trickles its head (slowloris) holds this much, not a body-sized buffer; a longer head
 /// grows the buffer up to the header limits.
-const HEAD_READ: usize = 2 * 1024;
+pub(crate) const HEAD_READ: usize = 2 * 1024;
 /// Body bytes up to this size ride in the same write as the head before them.
 const COALESCE: usize = 16 * 1024;
 
@@ -59,22 +59,16 @@ pub(crate) async fn fill(
     }
 }
 
-/// Reads more bytes of a request head into `buf` before `deadline`. A buffer with no room
-/// yet (a new connection) is allocated only once the client has sent something, so
-/// connections that sit silent hold no buffer.
+/// Reads more bytes of a request head into `buf` before `deadline`, making room for
+/// [`HEAD_READ`] bytes at a time (not a body-sized read: a client that trickles its head
+/// holds little).
 pub(crate) async fn fill_head(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     deadline: Instant,
 ) -> Result<usize, ReadError> {
-    let read = async {
-        if buf.capacity() == 0 {
-            stream.readable().await?;
-        }
-        buf.reserve(HEAD_READ);
-        stream.read_buf(buf).await
-    };
-    match timeout_at(deadline, read).await {
+    buf.reserve(HEAD_READ);
+    match timeout_at(deadline, stream.read_buf(buf)).await {
         Ok(Ok(0)) => Err(ReadError::Closed),
         Ok(Ok(n)) => Ok(n),
         Ok(Err(e)) => Err(ReadError::Io(e)),

@@ -5,6 +5,7 @@
 //! most traffic, kept as lean as HAProxy's. HTTP/2 and TLS go through hyper (`super::http`);
 //! both paths share selection, balancing, persistence, conditions and local answers.
 
+mod buffers;
 mod chunked;
 #[cfg(test)]
 mod fuzz;
@@ -13,18 +14,21 @@ pub(crate) mod idle;
 mod io;
 mod rewrite;
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use hyper::StatusCode;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep_until};
 
 use super::balance::{Lease, LiveError};
 use super::headers;
-use super::listener::{Phase, closing};
+use super::http::{serve_h2c, sniff_h2};
+use super::listener::Closing;
 use super::responses::Local;
 use super::retry::{self, Failure, Tries};
 use super::runtime::VsRuntime;
@@ -32,36 +36,35 @@ use super::settings::VsSettings;
 use super::tcp::tunnel;
 use super::upstream::connect_backend;
 use crate::config::{HeaderLimits, Persistence, Timeouts};
-use head::{Framing, Head, HeadError, Parsed};
-use io::{BodyCopy, CopyError, ReadError, fill, fill_head, send};
+use buffers::Buffers;
+use head::{Framing, HeadError, Parsed};
+use io::{BodyCopy, CopyError, HEAD_READ, ReadError, fill, fill_head, send};
 use rewrite::{response_head, upstream_head};
 
 /// How long an idle keep-alive connection of a closing listener waits for a request already
 /// on its way before it closes.
-const CLOSING_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+const CLOSING_GRACE: Duration = Duration::from_millis(250);
 /// Pipelined request bytes read ahead while an answer is awaited, at most; beyond this the
 /// client is no longer watched for leaving until the answer comes.
 const PIPELINE_LIMIT: usize = 64 * 1024;
 
-/// One client connection and its reusable buffers.
+/// What a connection keeps while it waits for its next request: no buffer (issue 22).
+struct Line {
+    rt: Arc<VsRuntime>,
+    client: TcpStream,
+    peer: SocketAddr,
+    /// Set when the listener closes.
+    closing: Arc<Closing>,
+}
+
+/// A connection with requests under way, and the buffers it holds meanwhile.
 struct Conn {
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
-    /// The client address as X-Forwarded-For gives it (an IPv4 client on a dual-stack
-    /// socket as itself).
-    peer_text: String,
-    /// Bytes received from the client not yet consumed (a pipelined request may wait here).
-    cbuf: BytesMut,
-    /// Bytes received from the backend of the current exchange.
-    ubuf: BytesMut,
-    /// Bytes being assembled for the next write.
-    out: Vec<u8>,
-    /// The request head as the backend gets it.
-    uphead: Vec<u8>,
-    req: Head,
-    resp: Head,
-    phase: watch::Receiver<Phase>,
+    closing: Arc<Closing>,
+    /// Lent by this thread's pool until the connection waits again.
+    b: Box<Buffers>,
 }
 
 /// Why a request did not reach its server.
@@ -81,65 +84,220 @@ enum Next {
     Close,
 }
 
-/// Serves one plain HTTP/1.x client connection until it closes.
-pub(crate) async fn serve(
+/// Settings re-read only when a reload replaced them: no shared reference count to bump per
+/// request.
+type SettingsCache<'a> = arc_swap::Cache<&'a arc_swap::ArcSwap<VsSettings>, Arc<VsSettings>>;
+
+/// Serves one connection of a plain listener until it closes: HTTP/1.x here, HTTP/2 with
+/// prior knowledge (h2c) handed over to hyper.
+///
+/// The task alternates between two states: waiting for a request, which holds only the
+/// socket and a timer (no buffer: the thread's pool has them), and serving requests, whose
+/// larger state is boxed for as long as requests keep coming, so the many idle keep-alive
+/// connections of a balancer cost little more than their sockets (issue 22).
+pub(crate) fn serve(
     rt: Arc<VsRuntime>,
     client: TcpStream,
     peer: SocketAddr,
-    phase: watch::Receiver<Phase>,
-) {
-    let mut conn = Conn {
+    closing: Arc<Closing>,
+) -> impl Future<Output = ()> + Send {
+    // A plain function: the connection is the future's only captured state, not a copy
+    // of its parts beside it.
+    serve_line(Line {
         rt,
         client,
         peer,
-        peer_text: peer.ip().to_canonical().to_string(),
-        // Allocated when first used: a connection that never completes a request head
-        // (idle, slowloris) holds only the small buffer its head was read into.
-        cbuf: BytesMut::new(),
-        ubuf: BytesMut::new(),
-        out: Vec::new(),
-        uphead: Vec::new(),
-        req: Head::default(),
-        resp: Head::default(),
-        phase,
-    };
-    let mut first = true;
-    let rt = conn.rt.clone();
-    // Re-reads the settings only when a reload replaced them: no shared reference count to
-    // bump per request.
-    let mut settings = arc_swap::Cache::new(&rt.settings);
-    loop {
-        let settings = settings.load();
-        if !conn
-            .read_request(&settings.l7.timeouts, settings.header_limits, first)
-            .await
-        {
-            return;
+        closing,
+    })
+}
+
+async fn serve_line(mut line: Line) {
+    let settings_of = line.rt.clone();
+    let mut settings = SettingsCache::new(&settings_of.settings);
+    // Boxed: waiting for the first bytes takes more room than waiting between requests.
+    let client_timeout = settings.load().l7.timeouts.client;
+    match Box::pin(sniff_h2(&line.client, client_timeout)).await {
+        Some(false) => {}
+        Some(true) => {
+            let Line {
+                rt,
+                client,
+                peer,
+                closing,
+            } = line;
+            return Box::pin(serve_h2c(rt, client, peer, closing)).await;
         }
+        None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
+    }
+    let mut first = true;
+    loop {
+        let started = Instant::now();
+        let deadline = {
+            let t = &settings.load().l7.timeouts;
+            started + if first { t.client } else { t.keep_alive }
+        };
+        let Some(b) = line.wait_request(deadline, first).await else {
+            return;
+        };
+        // The first byte of a request: the whole head within the client timeout (from the
+        // connection's start for its first request).
+        let head_by = if first {
+            deadline
+        } else {
+            Instant::now() + settings.load().l7.timeouts.client
+        };
         first = false;
-        conn.rt.counters.count_request();
-        let started = std::time::Instant::now();
-        let next = conn.exchange(settings).await;
-        conn.rt.counters.observe_request(started.elapsed());
+        let conn = Conn::new(line, b);
+        let (back, b, next) = Box::pin(conn.serve_requests(&mut settings, head_by)).await;
+        buffers::give_back(b);
         if next == Next::Close {
             return;
+        }
+        line = back;
+    }
+}
+
+/// What woke a connection waiting for a request.
+enum Woke {
+    /// The client sent something, or closed, or its socket failed: a read tells which.
+    Readable,
+    /// The wait's deadline passed.
+    TimedOut,
+}
+
+impl Line {
+    /// Waits, holding no buffer, until the client sends the first bytes of a request, and
+    /// reads them into buffers from this thread's pool. None when the connection should
+    /// end: the client closed, or stayed silent past `deadline` (the keep-alive timeout, or
+    /// the client timeout for a new connection's first request), or the listener is closing
+    /// and no request came within a short grace.
+    ///
+    /// Written with the socket's, the timer's and the closing signal's own poll functions,
+    /// not futures wrapping them: this is the state an idle connection spends its life in,
+    /// and its size is most of what an idle connection costs.
+    async fn wait_request(&mut self, deadline: Instant, first: bool) -> Option<Box<Buffers>> {
+        let sleep = sleep_until(deadline);
+        tokio::pin!(sleep);
+        let closing = self.closing.notified();
+        tokio::pin!(closing);
+        let mut closing_seen = false;
+        loop {
+            let woke = std::future::poll_fn(|cx| {
+                if self.client.poll_read_ready(cx).is_ready() {
+                    return Poll::Ready(Woke::Readable);
+                }
+                // The flag is read after the wakeup is registered (its first poll): a close
+                // between the two is seen either way.
+                if !closing_seen && (closing.as_mut().poll(cx).is_ready() || self.closing.now()) {
+                    // A request sent just now may be on its way: it is served (its answer
+                    // closes the connection) rather than cut by a close the client cannot
+                    // tell from a failure.
+                    closing_seen = true;
+                    let grace = Instant::now() + CLOSING_GRACE;
+                    if grace < sleep.deadline() {
+                        sleep.as_mut().reset(grace);
+                    }
+                }
+                sleep.as_mut().poll(cx).map(|()| Woke::TimedOut)
+            })
+            .await;
+            if let Woke::TimedOut = woke {
+                if first && !closing_seen {
+                    tracing::debug!(vservice = %self.rt.name, peer = %self.peer,
+                        "request head not received within the client timeout");
+                }
+                return None;
+            }
+            let mut b = buffers::take();
+            b.cbuf.reserve(HEAD_READ);
+            match self.client.try_read_buf(&mut b.cbuf) {
+                Ok(n) if n > 0 => return Some(b),
+                // The readiness was stale: wait again, the buffers back in the pool.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buffers::give_back(b),
+                _ => {
+                    buffers::give_back(b);
+                    return None;
+                }
+            }
         }
     }
 }
 
 impl Conn {
-    /// Waits for the next request head and parses it into `self.req`. False when the
-    /// connection should end: the client closed or stayed idle past the keep-alive timeout,
-    /// sent its head too slowly (client timeout: slowloris), sent a bad head (answered
-    /// 400/431 here), or the listener is closing and no request is under way.
-    async fn read_request(&mut self, t: &Timeouts, limits: HeaderLimits, first: bool) -> bool {
-        let mut deadline = Instant::now() + if first { t.client } else { t.keep_alive };
-        let mut started = first;
+    fn new(line: Line, b: Box<Buffers>) -> Conn {
+        let Line {
+            rt,
+            client,
+            peer,
+            closing,
+        } = line;
+        Conn {
+            rt,
+            client,
+            peer,
+            closing,
+            b,
+        }
+    }
+
+    /// Serves the request whose first bytes are in the buffers, then any the client
+    /// pipelined after it, until the connection closes or waits with nothing pending; gives
+    /// the connection and its buffers back.
+    async fn serve_requests(
+        self,
+        settings: &mut SettingsCache<'_>,
+        mut deadline: Instant,
+    ) -> (Line, Box<Buffers>, Next) {
+        let mut conn = self;
+        let next = loop {
+            let settings = settings.load();
+            if !conn
+                .read_request(settings.header_limits, &settings.l7.timeouts, deadline)
+                .await
+            {
+                break Next::Close;
+            }
+            conn.rt.counters.count_request();
+            let started = std::time::Instant::now();
+            let next = conn.exchange(settings).await;
+            conn.rt.counters.observe_request(started.elapsed());
+            if next == Next::Close || conn.b.cbuf.is_empty() {
+                break next;
+            }
+            // A pipelined request: its whole head within the client timeout from now.
+            deadline = Instant::now() + settings.l7.timeouts.client;
+        };
+        let Conn {
+            rt,
+            client,
+            peer,
+            closing,
+            b,
+        } = conn;
+        let line = Line {
+            rt,
+            client,
+            peer,
+            closing,
+        };
+        (line, b, next)
+    }
+
+    /// Parses the request head the buffers hold into `self.b.req`, reading more of it
+    /// before `deadline` as needed. False when the connection should end: the client closed,
+    /// sent its head too slowly (client timeout: slowloris) or sent a bad head (answered
+    /// 400/431 here).
+    async fn read_request(
+        &mut self,
+        limits: HeaderLimits,
+        t: &Timeouts,
+        deadline: Instant,
+    ) -> bool {
         loop {
-            if !self.cbuf.is_empty() {
-                match self.req.parse_request(&self.cbuf, limits) {
+            if !self.b.cbuf.is_empty() {
+                match self.b.req.parse_request(&self.b.cbuf, limits) {
                     Ok(Parsed::Complete(n)) => {
-                        self.cbuf.advance(n);
+                        self.b.cbuf.advance(n);
                         return true;
                     }
                     Ok(Parsed::Partial) => {}
@@ -148,35 +306,10 @@ impl Conn {
                         return false;
                     }
                 }
-                if !started {
-                    // The first byte of a new request: the whole head within the client
-                    // timeout from now.
-                    started = true;
-                    deadline = Instant::now() + t.client;
-                }
             }
-            let idle = self.cbuf.is_empty();
-            let read = fill_head(&mut self.client, &mut self.cbuf, deadline);
-            let result = if idle {
-                tokio::select! {
-                    r = read => r,
-                    () = closing(&mut self.phase) => {
-                        // A request sent just now may be on its way: it is served (its
-                        // answer closes the connection) rather than cut by a close the
-                        // client cannot tell from a failure.
-                        let grace = Instant::now() + CLOSING_GRACE;
-                        match fill_head(&mut self.client, &mut self.cbuf, grace).await {
-                            Ok(_) => continue,
-                            Err(_) => return false,
-                        }
-                    }
-                }
-            } else {
-                read.await
-            };
-            match result {
+            match fill_head(&mut self.client, &mut self.b.cbuf, deadline).await {
                 Ok(_) => {}
-                Err(ReadError::TimedOut) if !idle || first => {
+                Err(ReadError::TimedOut) => {
                     tracing::debug!(vservice = %self.rt.name, peer = %self.peer,
                         "request head not received within the client timeout");
                     return false;
@@ -195,16 +328,16 @@ impl Conn {
             HeadError::LineTooLong => StatusCode::URI_TOO_LONG,
             HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
         };
-        self.out.clear();
-        Local::status(status).write_h1(&mut self.out, true);
-        let _ = send(&mut self.client, &self.out, t.client).await;
+        self.b.out.clear();
+        Local::status(status).write_h1(&mut self.b.out, true);
+        let _ = send(&mut self.client, &self.b.out, t.client).await;
     }
 
-    /// One request/response exchange for the parsed `self.req`.
+    /// One request/response exchange for the parsed `self.b.req`.
     async fn exchange(&mut self, settings: &VsSettings) -> Next {
         let t = settings.l7.timeouts;
         let client_ip = self.peer.ip().to_canonical();
-        if self.req.method_str() == "CONNECT" {
+        if self.b.req.method_str() == "CONNECT" {
             self.rt.counters.count_bad_request();
             return self.local(Local::status(StatusCode::BAD_REQUEST), &t).await;
         }
@@ -215,24 +348,29 @@ impl Conn {
                 return self.local(Local::unavailable(&settings.l7), &t).await;
             }
         };
-        let framing = self.req.framing.unwrap_or(Framing::Length(0));
-        if self.req.expect_continue && framing != Framing::Length(0) {
+        let framing = self.b.req.framing.unwrap_or(Framing::Length(0));
+        if self.b.req.expect_continue && framing != Framing::Length(0) {
             // The client waits for this before sending its body; the backend is chosen.
             if !send(&mut self.client, b"HTTP/1.1 100 Continue\r\n\r\n", t.client).await {
                 return Next::Close;
             }
         }
-        let forwarded = settings
-            .l7
-            .forwarded_headers
-            .then_some(self.peer_text.as_str());
-        let mut head = std::mem::take(&mut self.uphead);
-        upstream_head(&self.req, forwarded, &mut head);
+        let forwarded = if settings.l7.forwarded_headers {
+            // An IPv4 client on a dual-stack socket as itself.
+            if self.b.peer_text.is_empty() {
+                let _ = write!(self.b.peer_text, "{client_ip}");
+            }
+            Some(self.b.peer_text.as_str())
+        } else {
+            None
+        };
+        let mut head = std::mem::take(&mut self.b.uphead);
+        upstream_head(&self.b.req, forwarded, &mut head);
         // A try that failed before any answer byte may go to another server of the list
         // (S-RT1): any request whose connect failed, an idempotent one held whole otherwise.
         let rt = self.rt.clone();
         let mut tries = Tries::new(&rt, settings.l7.retry);
-        let idempotent = retry::idempotent(self.req.method_str());
+        let idempotent = retry::idempotent(self.b.req.method_str());
         let sent = loop {
             let (failure, consumed) = match self.send_request(&lease, &head, framing, &t).await {
                 Ok(sent) => break Ok(sent),
@@ -259,7 +397,7 @@ impl Conn {
             };
             break Err(self.answer(Local::status(status), next, &t).await);
         };
-        self.uphead = head;
+        self.b.uphead = head;
         let (up, head_bytes, body_sent) = match sent {
             Ok(sent) => sent,
             Err(next) => return next,
@@ -269,7 +407,7 @@ impl Conn {
         let next = self
             .relay_response(settings, &lease, up, body_sent, &t)
             .await;
-        self.ubuf.clear();
+        self.b.ubuf.clear();
         // A backend that answered before taking the whole body leaves the rest of it on the
         // client connection, where it cannot be told from a next request.
         if body_sent { next } else { Next::Close }
@@ -283,9 +421,9 @@ impl Conn {
         client: IpAddr,
         tried: &[String],
     ) -> Option<Lease> {
-        let set = settings.conditions.pick(&self.req, client);
+        let set = settings.conditions.pick(&self.b.req, client);
         let pin_key = match &settings.l7.persistence {
-            Persistence::Cookie(c) => headers::cookie_in(self.req.header_all("cookie"), &c.name),
+            Persistence::Cookie(c) => headers::cookie_in(self.b.req.header_all("cookie"), &c.name),
             _ => None,
         };
         let acquire = self.rt.acquire_other(settings, set, client, pin_key, tried);
@@ -313,10 +451,10 @@ impl Conn {
     ) -> Result<(TcpStream, u64, bool), SendError> {
         let addr = lease.addr();
         let held = match framing {
-            Framing::Length(n) if self.cbuf.len() as u64 >= n => Some(n as usize),
+            Framing::Length(n) if self.b.cbuf.len() as u64 >= n => Some(n as usize),
             _ => None,
         };
-        let resend = held.is_some() && retry::idempotent(self.req.method_str());
+        let resend = held.is_some() && retry::idempotent(self.b.req.method_str());
         let mut pooled = idle::take(addr);
         loop {
             let reused = pooled.is_some();
@@ -343,10 +481,10 @@ impl Conn {
                 let wire = if body == 0 {
                     head
                 } else {
-                    self.out.clear();
-                    self.out.extend_from_slice(head);
-                    self.out.extend_from_slice(&self.cbuf[..body]);
-                    &self.out
+                    self.b.out.clear();
+                    self.b.out.extend_from_slice(head);
+                    self.b.out.extend_from_slice(&self.b.cbuf[..body]);
+                    &self.b.out
                 };
                 let answered = if send(&mut up, wire, t.server).await {
                     self.first_response_bytes(&mut up, t).await
@@ -355,7 +493,7 @@ impl Conn {
                 };
                 let failure = match answered {
                     Ok(()) => {
-                        self.cbuf.advance(body);
+                        self.b.cbuf.advance(body);
                         lease.add_bytes(body as u64, 0);
                         return Ok((up, head.len() as u64, true));
                     }
@@ -376,8 +514,8 @@ impl Conn {
                     consumed: false,
                 });
             }
-            self.out.clear();
-            self.out.extend_from_slice(head);
+            self.b.out.clear();
+            self.b.out.extend_from_slice(head);
             let copy = BodyCopy {
                 framing,
                 dechunk: false,
@@ -385,7 +523,7 @@ impl Conn {
                 dst_limit: t.server,
             };
             return match copy
-                .run(&mut self.client, &mut self.cbuf, &mut up, &mut self.out)
+                .run(&mut self.client, &mut self.b.cbuf, &mut up, &mut self.b.out)
                 .await
             {
                 Ok(n) => {
@@ -435,11 +573,10 @@ impl Conn {
         up: &mut TcpStream,
         t: &Timeouts,
     ) -> Result<(), ReadError> {
-        self.ubuf.clear();
+        self.b.ubuf.clear();
         let deadline = Instant::now() + t.server;
-        let Conn {
-            client, cbuf, ubuf, ..
-        } = self;
+        let Conn { client, b, .. } = self;
+        let Buffers { cbuf, ubuf, .. } = &mut **b;
         let answer = fill(up, ubuf, deadline);
         tokio::pin!(answer);
         loop {
@@ -494,12 +631,12 @@ impl Conn {
         body_sent: bool,
         t: &Timeouts,
     ) -> Next {
-        let head_request = self.req.method_str() == "HEAD";
+        let head_request = self.b.req.method_str() == "HEAD";
         loop {
-            match self.resp.parse_response(&self.ubuf, head_request) {
+            match self.b.resp.parse_response(&self.b.ubuf, head_request) {
                 Ok(Parsed::Complete(n)) => {
-                    self.ubuf.advance(n);
-                    if (100..200).contains(&self.resp.status) && self.resp.status != 101 {
+                    self.b.ubuf.advance(n);
+                    if (100..200).contains(&self.b.resp.status) && self.b.resp.status != 101 {
                         continue;
                     }
                     break;
@@ -513,18 +650,18 @@ impl Conn {
                         .await;
                 }
             }
-            if let Err(error) = fill(&mut up, &mut self.ubuf, Instant::now() + t.server).await {
+            if let Err(error) = fill(&mut up, &mut self.b.ubuf, Instant::now() + t.server).await {
                 return self.backend_failed(lease, &error, t).await;
             }
         }
-        lease.answered(self.resp.status);
-        if self.resp.status == 101 {
+        lease.answered(self.b.resp.status);
+        if self.b.resp.status == 101 {
             return self.switch_protocols(lease, &mut up, t).await;
         }
-        let framing = self.resp.framing.unwrap_or(Framing::UntilClose);
-        let client_minor = self.req.minor;
+        let framing = self.b.resp.framing.unwrap_or(Framing::UntilClose);
+        let client_minor = self.b.req.minor;
         let dechunk = framing == Framing::Chunked && client_minor == 0;
-        let mut next = if self.req.wants_keep_alive() && !closing_now(&self.phase) {
+        let mut next = if self.b.req.wants_keep_alive() && !self.closing.now() {
             Next::KeepAlive
         } else {
             Next::Close
@@ -536,17 +673,17 @@ impl Conn {
             Persistence::Cookie(c) => lease.set_cookie().and_then(|v| headers::set_cookie(c, v)),
             _ => None,
         };
-        self.out.clear();
+        self.b.out.clear();
         response_head(
-            &self.resp,
+            &self.b.resp,
             framing,
             dechunk,
             client_minor,
             next == Next::Close,
             set_cookie.as_ref().map(|v| v.as_bytes()),
-            &mut self.out,
+            &mut self.b.out,
         );
-        let head_bytes = self.out.len() as u64;
+        let head_bytes = self.b.out.len() as u64;
         let copy = BodyCopy {
             framing,
             dechunk,
@@ -554,16 +691,16 @@ impl Conn {
             dst_limit: t.client,
         };
         let result = copy
-            .run(&mut up, &mut self.ubuf, &mut self.client, &mut self.out)
+            .run(&mut up, &mut self.b.ubuf, &mut self.client, &mut self.b.out)
             .await;
         match result {
             Ok(n) => {
                 lease.add_bytes(0, head_bytes + n);
                 let reusable = body_sent
                     && framing != Framing::UntilClose
-                    && self.resp.minor == 1
-                    && !self.resp.connection.close
-                    && self.ubuf.is_empty();
+                    && self.b.resp.minor == 1
+                    && !self.b.resp.connection.close
+                    && self.b.ubuf.is_empty();
                 if reusable {
                     idle::give_back(lease.addr(), up, t.keep_alive);
                 }
@@ -583,33 +720,33 @@ impl Conn {
     /// bytes flow both ways as an L7 tunnel until either side closes or the pair stays idle
     /// past the client timeout. The backend connection is never reused.
     async fn switch_protocols(&mut self, lease: &Lease, up: &mut TcpStream, t: &Timeouts) -> Next {
-        if !self.req.connection.upgrade {
+        if !self.b.req.connection.upgrade {
             tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), "101 without an upgrade request: 502");
             lease.fail(LiveError::BadAnswer);
             return self
                 .answer(Local::status(StatusCode::BAD_GATEWAY), Next::Close, t)
                 .await;
         }
-        self.out.clear();
+        self.b.out.clear();
         response_head(
-            &self.resp,
+            &self.b.resp,
             Framing::Length(0),
             false,
             1,
             false,
             None,
-            &mut self.out,
+            &mut self.b.out,
         );
         // Bytes either side sent right after the heads belong to the new protocol.
-        self.out.extend_from_slice(&self.ubuf);
-        lease.add_bytes(self.cbuf.len() as u64, self.out.len() as u64);
-        if !send(&mut self.client, &self.out, t.client).await
-            || !send(up, &self.cbuf, t.server).await
+        self.b.out.extend_from_slice(&self.b.ubuf);
+        lease.add_bytes(self.b.cbuf.len() as u64, self.b.out.len() as u64);
+        if !send(&mut self.client, &self.b.out, t.client).await
+            || !send(up, &self.b.cbuf, t.server).await
         {
             return Next::Close;
         }
-        self.cbuf.clear();
-        self.ubuf.clear();
+        self.b.cbuf.clear();
+        self.b.ubuf.clear();
         if let Err(end) = tunnel(&mut self.client, up, lease, t.client).await {
             tracing::debug!(vservice = %self.rt.name, backend = lease.backend(), ?end, "upgraded connection ended");
         }
@@ -618,7 +755,7 @@ impl Conn {
 
     /// Answers with a local response after the request body (if any) is read off.
     async fn local(&mut self, answer: Local, t: &Timeouts) -> Next {
-        let framing = self.req.framing.unwrap_or(Framing::Length(0));
+        let framing = self.b.req.framing.unwrap_or(Framing::Length(0));
         let next = self.discard_body(framing);
         self.answer(answer, next, t).await
     }
@@ -626,10 +763,10 @@ impl Conn {
     /// Writes a local answer; closes when `next` says so, the client asked, or the listener
     /// is closing.
     async fn answer(&mut self, answer: Local, next: Next, t: &Timeouts) -> Next {
-        let close = next == Next::Close || !self.req.wants_keep_alive() || closing_now(&self.phase);
-        self.out.clear();
-        answer.write_h1(&mut self.out, close);
-        if !send(&mut self.client, &self.out, t.client).await || close {
+        let close = next == Next::Close || !self.b.req.wants_keep_alive() || self.closing.now();
+        self.b.out.clear();
+        answer.write_h1(&mut self.b.out, close);
+        if !send(&mut self.client, &self.b.out, t.client).await || close {
             return Next::Close;
         }
         Next::KeepAlive
@@ -640,16 +777,11 @@ impl Conn {
     fn discard_body(&mut self, framing: Framing) -> Next {
         match framing {
             Framing::Length(0) => Next::KeepAlive,
-            Framing::Length(n) if (self.cbuf.len() as u64) >= n => {
-                self.cbuf.advance(n as usize);
+            Framing::Length(n) if (self.b.cbuf.len() as u64) >= n => {
+                self.b.cbuf.advance(n as usize);
                 Next::KeepAlive
             }
             _ => Next::Close,
         }
     }
-}
-
-/// The listener asked connections to finish.
-fn closing_now(phase: &watch::Receiver<Phase>) -> bool {
-    *phase.borrow() == Phase::Closing
 }
