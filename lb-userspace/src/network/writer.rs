@@ -176,6 +176,9 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let new_nat = NatBackends::plan(&new, Some(&old_nat));
     new_nat.mark(&mut new);
     new_nat.write(&mut dp.maps, Some(&old_nat))?;
+    if trust_old {
+        flag_reverse_entries(&mut dp.maps, old, &new)?;
+    }
     let filled = started.elapsed();
     let maps = &mut dp.maps;
     batch::reset_counters(
@@ -453,13 +456,43 @@ fn write_vip_entries(maps: &mut Maps, old: &State, new: &State, trust_old: bool)
     } else {
         HashMap::new()
     };
-    // The entries of a VIP are its key(s) and `meta`: the same when these are.
-    let same = |a: &VipState, b: &VipState| {
-        (a.address, a.proto, a.ports, a.dsr, a.table_size)
-            == (b.address, b.proto, b.ports, b.dsr, b.table_size)
-    };
     for v in &new.vips {
-        if written.get(&v.vip_id).is_some_and(|o| same(o, v)) {
+        if written.get(&v.vip_id).is_some_and(|o| same_entries(o, v)) {
+            continue;
+        }
+        if let Some(k) = exact_key(v) {
+            maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
+        }
+        for k in range_keys(v) {
+            maps.ranges
+                .insert(&k, meta(v), 0)
+                .context("writing RANGES")?;
+        }
+    }
+    Ok(())
+}
+
+/// The entries of a VIP are its key(s) and `meta`: the same when these are.
+fn same_entries(a: &VipState, b: &VipState) -> bool {
+    same_keys_and_table(a, b) && a.reverse_entries == b.reverse_entries
+}
+
+/// The same keys and table size (so `meta` differs at most by its flags).
+fn same_keys_and_table(a: &VipState, b: &VipState) -> bool {
+    (a.address, a.proto, a.ports, a.dsr, a.table_size)
+        == (b.address, b.proto, b.ports, b.dsr, b.table_size)
+}
+
+/// Before the slots are written: the VIPs that start writing reverse entries get the flag
+/// now, so that no new flow to a backend that cannot name them goes without one. (Only
+/// those whose other entries are unchanged; the others follow with every VIP entry.)
+fn flag_reverse_entries(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
+    let before: HashMap<u32, &VipState> = old.vips.iter().map(|v| (v.vip_id, v)).collect();
+    for v in new.vips.iter().filter(|v| v.reverse_entries) {
+        let Some(o) = before.get(&v.vip_id) else {
+            continue;
+        };
+        if o.reverse_entries || !same_keys_and_table(o, v) {
             continue;
         }
         if let Some(k) = exact_key(v) {
