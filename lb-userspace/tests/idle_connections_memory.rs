@@ -9,15 +9,16 @@
 //! little, but far below what the buffers alone took.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod daemon;
 mod ports;
 mod servers;
+use daemon::{lb_run, rss_anon};
 use ports::free_port;
 use servers::named_server;
 
@@ -26,26 +27,6 @@ const IDLE: usize = 1000;
 /// Anonymous memory one idle connection may keep at most (15-16 KiB before the fix in a
 /// release build; about 1.1 KiB after it).
 const PER_IDLE_BOUND_KIB: f64 = 6.0;
-
-/// A field of /proc/PID/status in KiB.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("lb run is alive");
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
-/// The daemon's anonymous resident memory: the median of five readings 100 ms apart.
-async fn rss_anon(pid: u32) -> u64 {
-    let mut v = Vec::new();
-    for _ in 0..5 {
-        v.push(status_kib(pid, "RssAnon"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    v.sort_unstable();
-    v[2]
-}
 
 /// A new keep-alive connection that made one request and read its whole answer.
 async fn one_request(addr: SocketAddr) -> Result<TcpStream, String> {
@@ -97,32 +78,6 @@ fn raise_nofile(need: u64) {
         "the open-file limit is {} and this test needs {need}",
         lim.rlim_cur
     );
-}
-
-/// A child process killed when the test ends, also on a failed assertion.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `lb run` on `config`, its log in `log`.
-fn lb_run(config: &Path, log: &Path) -> KillOnDrop {
-    let log = std::fs::File::create(log).expect("log file");
-    let bin = std::env::var("LB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lb").to_owned());
-    let child = Command::new(bin)
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("lb run starts");
-    KillOnDrop(child)
 }
 
 /// issue 22: 1,000 keep-alive connections, one request each, then idle: each keeps at most

@@ -10,15 +10,16 @@
 //! its binary, which grow as code runs for the first time).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod daemon;
 mod ports;
 mod servers;
+use daemon::{lb_run, rss_anon, status_kib};
 use ports::free_port;
 use servers::named_server;
 
@@ -34,26 +35,6 @@ const CLIENT_TIMEOUT: f64 = 2.0;
 const SETTLED_BOUND_KIB: u64 = 1536;
 /// Anonymous memory one open slow connection may take at most (it was ~40 KiB).
 const PER_SLOW_BOUND_KIB: u64 = 24;
-
-/// A field of /proc/PID/status in KiB.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("lb run is alive");
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
-/// The daemon's anonymous resident memory: the median of five readings 100 ms apart.
-async fn rss_anon(pid: u32) -> u64 {
-    let mut v = Vec::new();
-    for _ in 0..5 {
-        v.push(status_kib(pid, "RssAnon"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    v.sort_unstable();
-    v[2]
-}
 
 /// One GET on a new connection is answered 200.
 async fn serves(addr: SocketAddr) -> bool {
@@ -116,32 +97,6 @@ async fn slowloris(addr: SocketAddr, n: usize, pid: u32) -> (u64, usize) {
         }
     }
     (peak, closed)
-}
-
-/// A child process killed when the test ends, also on a failed assertion.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `lb run` on `config`, its log in `log`.
-fn lb_run(config: &Path, log: &Path) -> KillOnDrop {
-    let log = std::fs::File::create(log).expect("log file");
-    let bin = std::env::var("LB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lb").to_owned());
-    let child = Command::new(bin)
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("lb run starts");
-    KillOnDrop(child)
 }
 
 /// issue 20: three bursts of 200 slowloris clients; each slow connection takes at most

@@ -460,14 +460,20 @@ fn write_vip_entries(maps: &mut Maps, old: &State, new: &State, trust_old: bool)
         if written.get(&v.vip_id).is_some_and(|o| same_entries(o, v)) {
             continue;
         }
-        if let Some(k) = exact_key(v) {
-            maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
-        }
-        for k in range_keys(v) {
-            maps.ranges
-                .insert(&k, meta(v), 0)
-                .context("writing RANGES")?;
-        }
+        write_entries(maps, v)?;
+    }
+    Ok(())
+}
+
+/// Writes a VIP's entries: its exact key or its Port Range prefixes, each with its `meta`.
+fn write_entries(maps: &mut Maps, v: &VipState) -> Result<()> {
+    if let Some(k) = exact_key(v) {
+        maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
+    }
+    for k in range_keys(v) {
+        maps.ranges
+            .insert(&k, meta(v), 0)
+            .context("writing RANGES")?;
     }
     Ok(())
 }
@@ -495,14 +501,7 @@ fn flag_reverse_entries(maps: &mut Maps, old: &State, new: &State) -> Result<()>
         if o.reverse_entries || !same_keys_and_table(o, v) {
             continue;
         }
-        if let Some(k) = exact_key(v) {
-            maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
-        }
-        for k in range_keys(v) {
-            maps.ranges
-                .insert(&k, meta(v), 0)
-                .context("writing RANGES")?;
-        }
+        write_entries(maps, v)?;
     }
     Ok(())
 }
