@@ -980,6 +980,36 @@ async fn a_refused_connect_is_retried_on_another_server() {
     assert_eq!(env.stats("strict").counts.retries, 0);
 }
 
+/// A retry after a refused connect is outside the retry budget: the refused server never saw
+/// the request, so sending it elsewhere is no second copy. Sixteen slow requests at once, half
+/// of them first picked for the refusing server: all eight retries are under way together,
+/// past the budget's floor of three, and every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_after_a_refused_connect_take_no_share_of_the_budget() {
+    let a = http_backend("a").await;
+    let dead = refusing_addr().await;
+    let env = Env::start(config(
+        vec![service("a", a.addr), service("dead", dead)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["dead", "a"])],
+    ))
+    .await;
+    let addr = env.addr("web");
+    let answers: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(async move { get(addr, "/?ms=300").await.0 }))
+        .collect();
+    for answer in answers {
+        assert_eq!(answer.await.expect("client"), StatusCode::OK);
+    }
+    let counts = env.stats("web").counts;
+    assert!(
+        counts.retries >= 5,
+        "about half were retried: {}",
+        counts.retries
+    );
+    assert_eq!(counts.retries_refused, 0);
+}
+
 /// The same for an L7 TCP vService: a refused connect is retried on another server before
 /// the client sees anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

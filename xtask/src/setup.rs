@@ -32,15 +32,17 @@ const PACKAGES: &[&str] = &[
     // over BGP with BFD; `lb bird-config` writes its configuration.
     "bird2",
     // The shared configuration of `[cluster] store = "etcd"`: protoc builds the etcd
-    // client's gRPC code (lb-userspace's build needs it), etcd and etcdctl run its tests.
+    // client's gRPC code (lb-userspace's build needs it) with the well-known types of
+    // libprotobuf-dev (google/protobuf/descriptor.proto), etcd and etcdctl run its tests.
     "protobuf-compiler",
+    "libprotobuf-dev",
     "etcd-server",
     "etcd-client",
 ];
 
-/// What building lb-userspace itself needs (protoc for the etcd client's gRPC code), for
-/// the commands that build it without the whole setup.
-pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler"];
+/// What building lb-userspace itself needs (protoc and its well-known types for the etcd
+/// client's gRPC code), for the commands that build it without the whole setup.
+pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev"];
 
 /// Libraries bpf-linker links against when built from source.
 const LINKER_BUILD_PACKAGES: &[&str] = &[

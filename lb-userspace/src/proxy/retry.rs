@@ -35,9 +35,11 @@ impl From<Failure> for LiveError {
 
 /// The vService-wide share of retries: how many retried requests or connections are under
 /// way now, allowed up to `retry_budget` percent of those holding a slot (at least
-/// [`MIN_IN_FLIGHT`]). Counting what is in flight rather than a rate lets the instant retry
-/// of a refused connect through even when half the servers refuse, while a server that
-/// makes each try wait cannot multiply the load.
+/// [`MIN_IN_FLIGHT`]). Counting what is in flight rather than a rate means a server that
+/// makes each try wait cannot multiply the load. Retries after a failed connect take no
+/// share: nothing reached the failed server, so the retry is the request's first work
+/// anywhere, not a second copy (four clients on a main that just died must all get
+/// through, floor or not).
 #[derive(Debug, Default)]
 pub(crate) struct RetryBudget {
     in_flight: AtomicU64,
@@ -99,7 +101,7 @@ impl<'r> Tries<'r> {
         if !wanted || self.failed.len() >= policy.retries as usize {
             return false;
         }
-        if !self.holds_share {
+        if !self.holds_share && failure != Failure::Connect {
             let current = self.rt.pool.current();
             if !self.rt.retry_budget.take(policy.budget_percent, current) {
                 tracing::debug!(vservice = %self.rt.name, "retry budget spent: not retrying");
