@@ -1642,44 +1642,85 @@ async fn h2_connection_idle_past_keep_alive_closes_but_never_during_a_stream() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_with_alpn_h2_and_http11_works() {
-    let a = http_backend("a").await;
-    let dir = std::env::temp_dir().join(format!("lb-l7-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
-    let (cert_path, key_path): (std::path::PathBuf, std::path::PathBuf) =
-        (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_path, cert.cert.pem()).expect("write cert");
-    std::fs::write(&key_path, cert.signing_key.serialize_pem()).expect("write key");
-    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
-    if let Some(l7) = vs.l7.as_mut() {
-        l7.tls = Some(TlsSettings {
-            cert: cert_path,
-            key: key_path,
-        });
+/// A self-signed certificate for `localhost` in a directory of this test process.
+struct TestCert {
+    dir: std::path::PathBuf,
+    tls: TlsSettings,
+    roots: rustls::RootCertStore,
+}
+
+impl TestCert {
+    fn new(tag: &str) -> TestCert {
+        let dir = std::env::temp_dir().join(format!("lb-l7-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+        let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_path, cert.cert.pem()).expect("write cert");
+        std::fs::write(&key_path, cert.signing_key.serialize_pem()).expect("write key");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.cert.der().clone()).expect("root");
+        TestCert {
+            dir,
+            tls: TlsSettings {
+                cert: cert_path,
+                key: key_path,
+            },
+            roots,
+        }
     }
-    let env = Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).expect("root");
-    for (alpn, version) in [
-        (&b"h2"[..], hyper::Version::HTTP_2),
-        (&b"http/1.1"[..], hyper::Version::HTTP_11),
-    ] {
+
+    /// A TLS connection to `addr` offering `alpn` (none when empty).
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        alpn: &[u8],
+    ) -> tokio_rustls::client::TlsStream<TcpStream> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("versions")
-            .with_root_certificates(roots.clone())
+            .with_root_certificates(self.roots.clone())
             .with_no_client_auth();
-        cfg.alpn_protocols = vec![alpn.to_vec()];
-        let tcp = TcpStream::connect(env.addr("web")).await.expect("connect");
+        if !alpn.is_empty() {
+            cfg.alpn_protocols = vec![alpn.to_vec()];
+        }
+        let tcp = TcpStream::connect(addr).await.expect("connect");
         let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        tokio_rustls::TlsConnector::from(Arc::new(cfg))
             .connect(name, tcp)
             .await
-            .expect("handshake");
-        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+            .expect("handshake")
+    }
+}
+
+impl Drop for TestCert {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An HTTP vService `web` on backend `a` with TLS.
+async fn tls_env(cert: &TestCert, a: &Backend) -> Env {
+    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.tls = Some(cert.tls.clone());
+    }
+    Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_alpn_h2_and_http11_works() {
+    let a = http_backend("a").await;
+    let cert = TestCert::new("tls");
+    let env = tls_env(&cert, &a).await;
+    for (alpn, version) in [
+        (&b"h2"[..], hyper::Version::HTTP_2),
+        (&b"http/1.1"[..], hyper::Version::HTTP_11),
+        (&b""[..], hyper::Version::HTTP_11),
+    ] {
+        let tls = cert.connect(env.addr("web"), alpn).await;
+        let chosen = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        assert_eq!(chosen, (!alpn.is_empty()).then(|| alpn.to_vec()));
         let io = TokioIo::new(tls);
         let resp = if version == hyper::Version::HTTP_2 {
             let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
@@ -1704,7 +1745,79 @@ async fn tls_with_alpn_h2_and_http11_works() {
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         assert_eq!(&body[..], b"a");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reads from `tls` until `done` holds for what arrived (5 s at most).
+async fn read_until<S: tokio::io::AsyncRead + Unpin>(
+    tls: &mut S,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        while !done(&String::from_utf8_lossy(&got)) {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// HTTP/1.1 over TLS takes the same hand-written path as plain HTTP/1.1: requests pipelined
+/// in one TLS record are all answered (the second waits decrypted in the TLS session, which
+/// no socket readiness announces), a body goes to the backend, a chunked answer streams,
+/// and the connection stays open between requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_http11_pipelined_requests_bodies_and_keep_alive() {
+    let a = http_backend("a").await;
+    let cert = TestCert::new("tls-h1");
+    let env = tls_env(&cert, &a).await;
+    let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
+    // Three short requests in one record, then twenty of 1 KiB (two records, more than a
+    // read takes at once).
+    let get = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let padded = format!(
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(1000)
+    );
+    for (request, n) in [(get, 3), (padded.as_str(), 20)] {
+        tls.write_all(request.repeat(n).as_bytes())
+            .await
+            .expect("write");
+        tls.flush().await.expect("flush");
+        let answers = read_until(&mut tls, |t| t.matches("HTTP/1.1 200").count() == n).await;
+        assert_eq!(answers.matches("HTTP/1.1 200").count(), n, "{answers}");
+    }
+    assert_eq!(a.hits(), 23);
+
+    let body = vec![b'x'; 100_000];
+    let post = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(post.as_bytes()).await.expect("write");
+    tls.write_all(&body).await.expect("write body");
+    tls.flush().await.expect("flush");
+    let posted = read_until(&mut tls, |t| t.ends_with("\r\n\r\na")).await;
+    assert!(posted.starts_with("HTTP/1.1 200"), "{posted}");
+
+    tls.write_all(b"GET /stream?n=4&ms=20 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("write");
+    tls.flush().await.expect("flush");
+    let streamed = read_until(&mut tls, |t| t.ends_with("0\r\n\r\n")).await;
+    assert!(streamed.starts_with("HTTP/1.1 200"), "{streamed}");
+    assert!(
+        streamed
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{streamed}"
+    );
+    assert_eq!(streamed.matches("a\n").count(), 4, "{streamed}");
+    assert_eq!(a.hits(), 25);
 }
 
 // ---------------------------------------------------------------------------------------------

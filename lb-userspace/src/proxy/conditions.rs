@@ -113,8 +113,8 @@ fn compile_one(c: &Condition) -> Test {
     }
 }
 
-/// What conditions read of a request: implemented by hyper's requests (HTTP/2, TLS) and by
-/// the plain HTTP/1.1 path's parsed head, so both choose lists by the same rules.
+/// What conditions read of a request: implemented by hyper's requests (HTTP/2) and by the
+/// HTTP/1.1 path's parsed head, so both choose lists by the same rules.
 pub(crate) trait RequestView {
     /// The method, as sent (upper case for the standard ones).
     fn method(&self) -> &str;

@@ -1,6 +1,7 @@
-//! The client connections of an HTTP vService that hyper serves: TLS (HTTP/1.1 or HTTP/2 by
-//! ALPN) and HTTP/2 with prior knowledge on a plain listener (h2c, told by its preface),
-//! with the vService's timeouts and header limits. Plain HTTP/1.x goes through `super::h1`.
+//! The client connections of an HTTP vService that speak HTTP/2, which hyper serves: over
+//! TLS (chosen by ALPN) and with prior knowledge on a plain listener (h2c, told by its
+//! preface), with the vService's timeouts and header limits. The TLS handshake of every
+//! connection is made here too. HTTP/1.x, plain or over TLS, goes through `super::h1`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -44,20 +45,25 @@ pub(crate) async fn serve_tls(
         Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
         Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
     };
-    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    run(rt, tls, peer, true, h2, closing, timeouts).await;
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        run(rt, tls, peer, true, closing, timeouts).await;
+    } else {
+        super::h1::serve_tls(rt, tls, peer, closing).await;
+    }
 }
 
 /// Serves HTTP/2 with prior knowledge (h2c) on a plain connection until it closes; the
 /// HTTP/1.1 path hands over the connections that start with the preface.
-pub(crate) async fn serve_h2c(
+pub(crate) async fn serve_h2c<I>(
     rt: Arc<VsRuntime>,
-    stream: TcpStream,
+    stream: I,
     peer: SocketAddr,
     closing: Arc<Closing>,
-) {
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let timeouts = rt.settings.load().l7.timeouts;
-    run(rt, stream, peer, false, true, closing, timeouts).await;
+    run(rt, stream, peer, false, closing, timeouts).await;
 }
 
 /// Tells HTTP/2 with prior knowledge (h2c) from HTTP/1.x by the first bytes, without
@@ -83,50 +89,40 @@ pub(crate) async fn sniff_h2(stream: &TcpStream, limit: Duration) -> Option<bool
     tokio::time::timeout(limit, sniff).await.ok().flatten()
 }
 
+/// Serves HTTP/2 on `io` until it closes: idle only when none of its streams is open.
 async fn run<I>(
     rt: Arc<VsRuntime>,
     io: I,
     peer: SocketAddr,
     tls: bool,
-    h2: bool,
     closing: Arc<Closing>,
     timeouts: Timeouts,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = rt.settings.load().header_limits;
-    // HTTP/1.1 waits for each request head under hyper's header timer; an HTTP/2
-    // connection is idle only when none of its streams is open.
-    let activity = h2.then(Activity::new);
+    let activity = Activity::new();
     let service_rt = rt.clone();
     let streams = activity.clone();
     let service = service_fn(move |req| {
         let rt = service_rt.clone();
-        let open = streams.as_ref().map(Activity::open);
+        let open = Some(streams.open());
         async move {
             let resp = forward::handle(rt, peer, tls, req).await;
             Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, open)))
         }
     });
-    let io = TokioIo::new(io);
-    let result = if let Some(activity) = activity {
-        let conn = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(limits.head).unwrap_or(u32::MAX))
-            .serve_connection(io, service);
-        let idle = Some((activity, timeouts.keep_alive));
-        drive(conn, |c| c.graceful_shutdown(), &closing, idle).await
-    } else {
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(timeouts.client)
-            .max_header_size(limits.head)
-            // hyper's smallest read buffer is 8 KiB.
-            .max_buf_size((2 * limits.head).max(8192))
-            .keep_alive(true)
-            .serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), &closing, None).await
-    };
+    let conn = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.head).unwrap_or(u32::MAX))
+        .serve_connection(TokioIo::new(io), service);
+    let result = drive(
+        conn,
+        |c| c.graceful_shutdown(),
+        &closing,
+        (activity, timeouts.keep_alive),
+    )
+    .await;
     if let Err(error) = result {
         if error.is_parse() {
             rt.counters.count_bad_request();
@@ -135,33 +131,26 @@ async fn run<I>(
     }
 }
 
-/// Runs a connection to its end. When the listener closes, or the connection stays idle
-/// (`idle`: its open requests and keep-alive timeout) that long, asks it to finish in-flight
-/// requests and close (graceful shutdown: an HTTP/2 client gets a GOAWAY).
+/// Runs an HTTP/2 connection to its end. When the listener closes, or the connection stays
+/// idle (no stream open) for the keep-alive timeout of `idle`, asks it to finish its open
+/// streams and close (graceful shutdown: the client gets a GOAWAY).
 async fn drive<C>(
     conn: C,
     shutdown: fn(Pin<&mut C>),
     closing: &Closing,
-    idle: Option<(Arc<Activity>, Duration)>,
+    idle: (Arc<Activity>, Duration),
 ) -> Result<(), hyper::Error>
 where
     C: Future<Output = Result<(), hyper::Error>>,
 {
+    let (activity, keep_alive) = idle;
     tokio::pin!(conn);
     let mut draining = false;
     loop {
-        let deadline = idle
-            .as_ref()
-            .and_then(|(a, keep_alive)| a.idle_deadline(*keep_alive));
+        let deadline = activity.idle_deadline(keep_alive);
         let expired = async {
             match deadline {
                 Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        let ended = async {
-            match &idle {
-                Some((activity, _)) => activity.ended().await,
                 None => std::future::pending().await,
             }
         };
@@ -173,7 +162,7 @@ where
             }
             () = expired, if !draining => {
                 // A request may have opened since the deadline was read: look again.
-                let still = idle.as_ref().and_then(|(a, keep_alive)| a.idle_deadline(*keep_alive));
+                let still = activity.idle_deadline(keep_alive);
                 if still.is_some_and(|d| d <= Instant::now()) {
                     tracing::debug!("HTTP/2 connection idle past the keep-alive timeout");
                     draining = true;
@@ -181,7 +170,7 @@ where
                 }
             }
             // The last open request ended: the idle deadline moved.
-            () = ended, if !draining => {}
+            () = activity.ended(), if !draining => {}
         }
     }
 }

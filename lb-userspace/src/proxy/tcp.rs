@@ -86,8 +86,8 @@ pub(crate) enum TunnelEnd {
 /// Copies bytes both ways between `client` and `backend`, passing a half-close on, until
 /// both directions are done (Ok) or the pair stays silent for `idle`; counts the bytes on
 /// `lease`. Serves L7 TCP connections and upgraded HTTP/1.1 connections (WebSocket).
-pub(crate) async fn tunnel(
-    client: &mut TcpStream,
+pub(crate) async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
     backend: &mut TcpStream,
     lease: &Lease,
     idle: Duration,
@@ -116,22 +116,22 @@ async fn idle_cut(origin: Instant, last: &AtomicU64, limit: Duration) {
 }
 
 /// A stream that counts the bytes read from it on the lease and stamps the last activity.
-struct Tracked<'a> {
-    inner: &'a mut TcpStream,
+struct Tracked<'a, S> {
+    inner: &'a mut S,
     lease: &'a Lease,
     from_client: bool,
     origin: Instant,
     last: &'a AtomicU64,
 }
 
-impl<'a> Tracked<'a> {
+impl<'a, S> Tracked<'a, S> {
     fn new(
-        inner: &'a mut TcpStream,
+        inner: &'a mut S,
         lease: &'a Lease,
         from_client: bool,
         origin: Instant,
         last: &'a AtomicU64,
-    ) -> Tracked<'a> {
+    ) -> Tracked<'a, S> {
         Tracked {
             inner,
             lease,
@@ -142,7 +142,7 @@ impl<'a> Tracked<'a> {
     }
 }
 
-impl AsyncRead for Tracked<'_> {
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<'_, S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -165,7 +165,7 @@ impl AsyncRead for Tracked<'_> {
     }
 }
 
-impl AsyncWrite for Tracked<'_> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<'_, S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

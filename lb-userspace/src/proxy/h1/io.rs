@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout, timeout_at};
 
 use super::chunked::Chunked;
@@ -45,8 +44,8 @@ impl std::fmt::Display for ReadError {
 }
 
 /// Reads more bytes into `buf` before `deadline`.
-pub(crate) async fn fill(
-    stream: &mut TcpStream,
+pub(crate) async fn fill<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
     deadline: Instant,
 ) -> Result<usize, ReadError> {
@@ -62,8 +61,8 @@ pub(crate) async fn fill(
 /// Reads more bytes of a request head into `buf` before `deadline`, making room for
 /// [`HEAD_READ`] bytes at a time (not a body-sized read: a client that trickles its head
 /// holds little).
-pub(crate) async fn fill_head(
-    stream: &mut TcpStream,
+pub(crate) async fn fill_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
     deadline: Instant,
 ) -> Result<usize, ReadError> {
@@ -76,9 +75,18 @@ pub(crate) async fn fill_head(
     }
 }
 
-/// Writes all of `bytes` within `limit`; false when the peer is gone or too slow.
-pub(crate) async fn send(stream: &mut TcpStream, bytes: &[u8], limit: Duration) -> bool {
-    matches!(timeout(limit, stream.write_all(bytes)).await, Ok(Ok(())))
+/// Writes all of `bytes` within `limit`; false when the peer is gone or too slow. Flushed:
+/// a TLS stream holds written bytes in its session until then (a no-op on a socket).
+pub(crate) async fn send<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    bytes: &[u8],
+    limit: Duration,
+) -> bool {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    matches!(timeout(limit, write).await, Ok(Ok(())))
 }
 
 /// How a body copy failed, and on which side.
@@ -108,11 +116,11 @@ impl BodyCopy {
     /// Copies the body, taking first what `sbuf` already holds and leaving in it whatever
     /// follows the body (a pipelined request). `pending` holds bytes to write before the
     /// body (a head): small bodies ride in the same write. Returns the body bytes copied.
-    pub(crate) async fn run(
+    pub(crate) async fn run<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         &self,
-        src: &mut TcpStream,
+        src: &mut R,
         sbuf: &mut BytesMut,
-        dst: &mut TcpStream,
+        dst: &mut W,
         pending: &mut Vec<u8>,
     ) -> Result<u64, CopyError> {
         let mut left = match self.framing {
@@ -173,7 +181,11 @@ impl BodyCopy {
         }
     }
 
-    async fn flush(&self, dst: &mut TcpStream, pending: &mut Vec<u8>) -> Result<(), CopyError> {
+    async fn flush<W: AsyncWrite + Unpin>(
+        &self,
+        dst: &mut W,
+        pending: &mut Vec<u8>,
+    ) -> Result<(), CopyError> {
         if pending.is_empty() {
             return Ok(());
         }

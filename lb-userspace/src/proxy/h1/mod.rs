@@ -1,12 +1,14 @@
-//! The plain HTTP/1.1 path of an HTTP vService: one task per client connection parses each
-//! request head in place (httparse), picks a backend, writes the rewritten head and streams
-//! the body to a pooled backend connection it owns for the exchange, then streams the
-//! response back. No per-request task, channel or header map: this is the path that carries
-//! most traffic, kept as lean as HAProxy's. HTTP/2 and TLS go through hyper (`super::http`);
-//! both paths share selection, balancing, persistence, conditions and local answers.
+//! The HTTP/1.x path of an HTTP vService, plain or over TLS: one task per client connection
+//! parses each request head in place (httparse), picks a backend, writes the rewritten head
+//! and streams the body to a pooled backend connection it owns for the exchange, then
+//! streams the response back. No per-request task, channel or header map: this is the path
+//! that carries most traffic, kept as lean as HAProxy's. HTTP/2 goes through hyper
+//! (`super::http`); both paths share selection, balancing, persistence, conditions and
+//! local answers.
 
 mod buffers;
 mod chunked;
+mod client;
 #[cfg(test)]
 mod fuzz;
 mod head;
@@ -24,10 +26,11 @@ use bytes::Buf;
 use hyper::StatusCode;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
+use tokio_rustls::server::TlsStream;
 
 use super::balance::{Lease, LiveError};
 use super::headers;
-use super::http::{serve_h2c, sniff_h2};
+use super::http::serve_h2c;
 use super::listener::Closing;
 use super::responses::Local;
 use super::retry::{self, Failure, Tries};
@@ -37,6 +40,7 @@ use super::tcp::tunnel;
 use super::upstream::connect_backend;
 use crate::config::{HeaderLimits, Persistence, Timeouts};
 use buffers::Buffers;
+use client::ClientStream;
 use head::{Framing, HeadError, Parsed};
 use io::{BodyCopy, CopyError, HEAD_READ, ReadError, fill, fill_head, send};
 use rewrite::{response_head, upstream_head};
@@ -49,18 +53,18 @@ const CLOSING_GRACE: Duration = Duration::from_millis(250);
 const PIPELINE_LIMIT: usize = 64 * 1024;
 
 /// What a connection keeps while it waits for its next request: no buffer (issue 22).
-struct Line {
+struct Line<C> {
     rt: Arc<VsRuntime>,
-    client: TcpStream,
+    client: C,
     peer: SocketAddr,
     /// Set when the listener closes.
     closing: Arc<Closing>,
 }
 
 /// A connection with requests under way, and the buffers it holds meanwhile.
-struct Conn {
+struct Conn<C> {
     rt: Arc<VsRuntime>,
-    client: TcpStream,
+    client: C,
     peer: SocketAddr,
     closing: Arc<Closing>,
     /// Lent by this thread's pool until the connection waits again.
@@ -103,31 +107,57 @@ pub(crate) fn serve(
 ) -> impl Future<Output = ()> + Send {
     // A plain function: the connection is the future's only captured state, not a copy
     // of its parts beside it.
-    serve_line(Line {
-        rt,
-        client,
-        peer,
-        closing,
-    })
+    serve_line(
+        Line {
+            rt,
+            client,
+            peer,
+            closing,
+        },
+        true,
+    )
 }
 
-async fn serve_line(mut line: Line) {
+/// Serves one connection of a TLS listener whose client chose HTTP/1.1 (or no protocol) by
+/// ALPN, after the handshake, the same way as a plain one.
+pub(crate) fn serve_tls(
+    rt: Arc<VsRuntime>,
+    client: TlsStream<TcpStream>,
+    peer: SocketAddr,
+    closing: Arc<Closing>,
+) -> impl Future<Output = ()> + Send {
+    serve_line(
+        Line {
+            rt,
+            client,
+            peer,
+            closing,
+        },
+        false,
+    )
+}
+
+/// `sniff`: tell HTTP/2 with prior knowledge from HTTP/1.x by the first bytes (a plain
+/// connection; over TLS, ALPN told).
+async fn serve_line<C: ClientStream>(mut line: Line<C>, sniff: bool) {
     let settings_of = line.rt.clone();
     let mut settings = SettingsCache::new(&settings_of.settings);
-    // Boxed: waiting for the first bytes takes more room than waiting between requests.
-    let client_timeout = settings.load().l7.timeouts.client;
-    match Box::pin(sniff_h2(&line.client, client_timeout)).await {
-        Some(false) => {}
-        Some(true) => {
-            let Line {
-                rt,
-                client,
-                peer,
-                closing,
-            } = line;
-            return Box::pin(serve_h2c(rt, client, peer, closing)).await;
+    if sniff {
+        // Boxed: waiting for the first bytes takes more room than waiting between requests.
+        let client_timeout = settings.load().l7.timeouts.client;
+        match Box::pin(line.client.sniff_h2(client_timeout)).await {
+            Some(false) => {}
+            Some(true) => {
+                let Line {
+                    rt,
+                    client,
+                    peer,
+                    closing,
+                } = line;
+                return Box::pin(serve_h2c(rt, client, peer, closing)).await;
+            }
+            None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
         }
-        None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
     }
     let mut first = true;
     loop {
@@ -165,7 +195,7 @@ enum Woke {
     TimedOut,
 }
 
-impl Line {
+impl<C: ClientStream> Line<C> {
     /// Waits, holding no buffer, until the client sends the first bytes of a request, and
     /// reads them into buffers from this thread's pool. None when the connection should
     /// end: the client closed, or stayed silent past `deadline` (the keep-alive timeout, or
@@ -182,8 +212,21 @@ impl Line {
         tokio::pin!(closing);
         let mut closing_seen = false;
         loop {
+            // Read first: a TLS session may hold a pipelined request already decrypted,
+            // which no socket readiness would announce.
+            let mut b = buffers::take();
+            b.cbuf.reserve(HEAD_READ);
+            match self.client.read_now(&mut b.cbuf) {
+                Ok(n) if n > 0 => return Some(b),
+                // Nothing yet: wait, the buffers back in the pool.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buffers::give_back(b),
+                _ => {
+                    buffers::give_back(b);
+                    return None;
+                }
+            }
             let woke = std::future::poll_fn(|cx| {
-                if self.client.poll_read_ready(cx).is_ready() {
+                if self.client.poll_socket_ready(cx).is_ready() {
                     return Poll::Ready(Woke::Readable);
                 }
                 // The flag is read after the wakeup is registered (its first poll): a close
@@ -208,23 +251,12 @@ impl Line {
                 }
                 return None;
             }
-            let mut b = buffers::take();
-            b.cbuf.reserve(HEAD_READ);
-            match self.client.try_read_buf(&mut b.cbuf) {
-                Ok(n) if n > 0 => return Some(b),
-                // The readiness was stale: wait again, the buffers back in the pool.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buffers::give_back(b),
-                _ => {
-                    buffers::give_back(b);
-                    return None;
-                }
-            }
         }
     }
 }
 
-impl Conn {
-    fn new(line: Line, b: Box<Buffers>) -> Conn {
+impl<C: ClientStream> Conn<C> {
+    fn new(line: Line<C>, b: Box<Buffers>) -> Conn<C> {
         let Line {
             rt,
             client,
@@ -247,7 +279,7 @@ impl Conn {
         self,
         settings: &mut SettingsCache<'_>,
         mut deadline: Instant,
-    ) -> (Line, Box<Buffers>, Next) {
+    ) -> (Line<C>, Box<Buffers>, Next) {
         let mut conn = self;
         let next = loop {
             let settings = settings.load();
@@ -365,7 +397,7 @@ impl Conn {
             None
         };
         let mut head = std::mem::take(&mut self.b.uphead);
-        upstream_head(&self.b.req, forwarded, &mut head);
+        upstream_head(&self.b.req, forwarded, C::TLS, &mut head);
         // A try that failed before any answer byte may go to another server of the list
         // (S-RT1): any request whose connect failed, an idempotent one held whole otherwise.
         let rt = self.rt.clone();

@@ -7,9 +7,9 @@ use super::head::{Framing, Head};
 /// Writes the request head for the backend into `out` (cleared first): origin-form target,
 /// HTTP/1.1, end-to-end headers, Host from an absolute-form target when the client sent
 /// none, chunked framing kept, and X-Forwarded-For (appended to the client's) and
-/// X-Forwarded-Proto when `forwarded` carries the client address (as text: it is formatted
-/// once per connection, not per request).
-pub(crate) fn upstream_head(req: &Head, forwarded: Option<&str>, out: &mut Vec<u8>) {
+/// X-Forwarded-Proto (`https` when `tls`) when `forwarded` carries the client address (as
+/// text: it is formatted once per connection, not per request).
+pub(crate) fn upstream_head(req: &Head, forwarded: Option<&str>, tls: bool, out: &mut Vec<u8>) {
     out.clear();
     let (path, authority) = req.origin_form();
     out.extend_from_slice(req.method_str().as_bytes());
@@ -45,7 +45,11 @@ pub(crate) fn upstream_head(req: &Head, forwarded: Option<&str>, out: &mut Vec<u
             out.extend_from_slice(b", ");
         }
         out.extend_from_slice(client.as_bytes());
-        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+        out.extend_from_slice(if tls {
+            b"\r\nx-forwarded-proto: https\r\n"
+        } else {
+            b"\r\nx-forwarded-proto: http\r\n"
+        });
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -122,19 +126,21 @@ mod tests {
              X-Forwarded-For: 10.0.0.1\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n",
         );
         let mut out = Vec::new();
-        upstream_head(&req, Some("192.0.2.7"), &mut out);
+        upstream_head(&req, Some("192.0.2.7"), false, &mut out);
         assert_eq!(
             String::from_utf8_lossy(&out),
             "POST /p?q=1 HTTP/1.1\r\nX-A: b\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\
              x-forwarded-for: 10.0.0.1, 192.0.2.7\r\nx-forwarded-proto: http\r\n\r\n"
         );
+        upstream_head(&req, Some("192.0.2.7"), true, &mut out);
+        assert!(String::from_utf8_lossy(&out).ends_with("x-forwarded-proto: https\r\n\r\n"));
     }
 
     #[test]
     fn an_empty_absolute_path_becomes_slash() {
         let req = parse_req("GET http://a.test?x=1 HTTP/1.1\r\n\r\n");
         let mut out = Vec::new();
-        upstream_head(&req, None, &mut out);
+        upstream_head(&req, None, false, &mut out);
         assert_eq!(
             String::from_utf8_lossy(&out),
             "GET /?x=1 HTTP/1.1\r\nhost: a.test\r\n\r\n"
