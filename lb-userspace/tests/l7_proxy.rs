@@ -44,6 +44,8 @@ type TestBody = BoxBody<Bytes, Infallible>;
 struct Backend {
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
+    /// Connections accepted (HTTP backends only).
+    conns: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -57,6 +59,10 @@ impl Backend {
     fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
+
+    fn conns(&self) -> usize {
+        self.conns.load(Ordering::SeqCst)
+    }
 }
 
 async fn http_backend(name: &str) -> Backend {
@@ -68,13 +74,15 @@ async fn http_backend_at(bind: &str, name: &str) -> Backend {
     let listener = TcpListener::bind(bind).await.expect("bind backend");
     let addr = listener.local_addr().expect("addr");
     let hits = Arc::new(AtomicUsize::new(0));
-    let (n, h) = (name.to_string(), hits.clone());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (n, h, counted) = (name.to_string(), hits.clone(), accepted.clone());
     let task = tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            counted.fetch_add(1, Ordering::SeqCst);
             let (n, h) = (n.clone(), h.clone());
             conns.spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
@@ -87,7 +95,12 @@ async fn http_backend_at(bind: &str, name: &str) -> Backend {
             });
         }
     });
-    Backend { addr, hits, task }
+    Backend {
+        addr,
+        hits,
+        conns: accepted,
+        task,
+    }
 }
 
 fn query(req: &Request<Incoming>, key: &str) -> u64 {
@@ -199,7 +212,12 @@ async fn tcp_backend_at(bind: &str, name: &str) -> Backend {
             });
         }
     });
-    Backend { addr, hits, task }
+    Backend {
+        addr,
+        hits,
+        conns: Arc::new(AtomicUsize::new(0)),
+        task,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1541,9 +1559,80 @@ async fn h2c_prior_knowledge_request_works() {
     assert_eq!(resp.version(), hyper::Version::HTTP_2);
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(&body[..], b"a");
+
+    // Requests without a body go to the backend on the HTTP/1.1 path's connections: many
+    // streams at once, a chunked answer passed on as data frames, a HEAD with no body.
+    let addr = env.addr("web");
+    let streams: Vec<_> = (0..50)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let req = Request::get(format!("http://{addr}/?ms=5"))
+                    .body(Empty::new())
+                    .expect("req");
+                let resp = c.request(req).await.expect("response");
+                let status = resp.status();
+                let body = resp.into_body().collect().await.expect("body").to_bytes();
+                (status, body)
+            })
+        })
+        .collect();
+    for stream in streams {
+        let (status, body) = stream.await.expect("stream");
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"a"[..]));
+    }
+    // Their backend connections are reused: sequential requests (plain, chunked, HEAD)
+    // open none.
+    let opened = a.conns();
+    for _ in 0..20 {
+        let req = Request::get(format!("http://{addr}/"))
+            .body(Empty::new())
+            .expect("req");
+        let resp = c.request(req).await.expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&body[..], b"a");
+    }
+    let req = Request::get(format!("http://{addr}/stream?n=4&ms=10"))
+        .body(Empty::new())
+        .expect("req");
+    let resp = c.request(req).await.expect("response");
+    assert!(resp.headers().get("transfer-encoding").is_none());
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"a\na\na\na\n");
+    let req = Request::head(format!("http://{addr}/"))
+        .body(Empty::new())
+        .expect("req");
+    let resp = c.request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(body.is_empty());
+    let req = Request::get(format!("http://{addr}/"))
+        .body(Empty::new())
+        .expect("req");
+    let resp = c.request(req).await.expect("response");
+    assert_eq!(
+        resp.into_body().collect().await.expect("body").to_bytes(),
+        "a"
+    );
+    assert_eq!(
+        a.conns(),
+        opened,
+        "no connection opened after the first 51 requests"
+    );
+    // A body goes through hyper's client.
+    let posting: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new());
+    let req = Request::post(format!("http://{addr}/"))
+        .body(Full::new(Bytes::from_static(b"payload")))
+        .expect("req");
+    let resp = posting.request(req).await.expect("response");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"a");
+    assert_eq!(a.hits(), 75);
 }
 
-/// S-RT1 over HTTP/2 (hyper's path, as over TLS): a request without a body whose connect
+/// S-RT1 over HTTP/2: a request without a body whose connect
 /// failed goes to another server; one with a body streams into its first try and gets 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_rt1_an_h2_request_without_a_body_is_retried_after_a_failed_connect() {

@@ -13,6 +13,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::balance::{Lease, LiveError};
+use super::h1::backend::BackendBody;
 use super::runtime::VsCounters;
 
 /// Errors a response body can end with.
@@ -65,7 +66,7 @@ impl Body for RequestBody {
 /// mid-response) or `server` timeout of silence ends the client's body with an error, so the
 /// client sees an aborted response rather than a short one; both count as upstream aborts.
 pub(crate) struct UpstreamBody {
-    inner: Incoming,
+    inner: Upstream,
     lease: Arc<Lease>,
     counters: Arc<VsCounters>,
     server_timeout: Duration,
@@ -79,7 +80,7 @@ pub(crate) struct UpstreamBody {
 impl UpstreamBody {
     /// Wraps a backend response body.
     pub(crate) fn new(
-        inner: Incoming,
+        inner: Upstream,
         lease: Arc<Lease>,
         counters: Arc<VsCounters>,
         server_timeout: Duration,
@@ -112,7 +113,7 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.waiting = false;
                 if let Some(data) = frame.data_ref() {
@@ -123,7 +124,7 @@ impl Body for UpstreamBody {
             Poll::Ready(Some(Err(error))) => {
                 tracing::debug!(backend = this.lease.backend(), %error, "upstream aborted the response");
                 this.abort();
-                Poll::Ready(Some(Err(error.into())))
+                Poll::Ready(Some(Err(error)))
             }
             Poll::Ready(None) => {
                 if let Some(started) = this.started.take() {
@@ -154,6 +155,39 @@ impl Body for UpstreamBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Where a backend's response body comes from.
+pub(crate) enum Upstream {
+    /// hyper's pooled client (requests with a body).
+    Hyper(Incoming),
+    /// The connection itself (requests without one: `super::h1::backend`).
+    Direct(BackendBody),
+}
+
+impl Upstream {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self {
+            Upstream::Hyper(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(BoxError::from))),
+            Upstream::Direct(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Upstream::Hyper(body) => body.is_end_stream(),
+            Upstream::Direct(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Upstream::Hyper(body) => body.size_hint(),
+            Upstream::Direct(body) => body.size_hint(),
+        }
     }
 }
 

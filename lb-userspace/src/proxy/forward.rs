@@ -7,10 +7,12 @@ use std::sync::Arc;
 use hyper::body::{Body, Incoming};
 use hyper::header::{HOST, HeaderName, HeaderValue, SET_COOKIE};
 use hyper::http::request::Parts;
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use tokio::time::Instant;
 
-use super::body::{ProxyBody, RequestBody, UpstreamBody};
+use super::balance::LiveError;
+use super::body::{ProxyBody, RequestBody, Upstream, UpstreamBody};
+use super::h1::backend::{Exchange, ExchangeError};
 use super::headers;
 use super::responses;
 use super::retry::{self, Failure, Tries};
@@ -80,24 +82,57 @@ async fn answer(
     let idempotent = retry::idempotent(parts.method.as_str());
     let mut tries = Tries::new(&rt, settings.l7.retry);
     let server_timeout = settings.l7.timeouts.server;
+    // Without a body, the request goes the HTTP/1.1 path's way (`h1::backend`): its head is
+    // the same for every try.
+    let direct_head = if resendable {
+        match direct_head(&parts, forwarded) {
+            Some(head) => Some(head),
+            None => return responses::status(StatusCode::BAD_REQUEST),
+        }
+    } else {
+        None
+    };
     let resp = loop {
-        let body = RequestBody::new(body.take(), lease.clone());
-        let Some(req) = to_upstream(&parts, body, lease.addr(), forwarded) else {
-            return responses::status(StatusCode::BAD_REQUEST);
-        };
-        let failure = match tokio::time::timeout(server_timeout, upstream.request(req)).await {
-            Ok(Ok(resp)) => break resp,
-            Ok(Err(error)) => {
-                tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "no answer");
-                if error.is_connect() {
-                    Failure::Connect
-                } else {
-                    Failure::EmptyResponse
+        let failure = if let Some(head) = &direct_head {
+            let exchange = Exchange {
+                lease: &lease,
+                connect: settings.l7.timeouts.connect,
+                server: server_timeout,
+                keep_alive: settings.l7.timeouts.keep_alive,
+                connect_time: &settings.connect_time,
+                head_request: parts.method == Method::HEAD,
+            };
+            match exchange.send(head).await {
+                Ok(resp) => break resp.map(Upstream::Direct),
+                Err(ExchangeError::Failed(failure)) => {
+                    tracing::debug!(vservice = %rt.name, backend = lease.backend(), ?failure, "no answer");
+                    failure
+                }
+                Err(ExchangeError::BadAnswer) => {
+                    tracing::debug!(vservice = %rt.name, backend = lease.backend(), "502: invalid response head");
+                    lease.fail(LiveError::BadAnswer);
+                    return responses::status(StatusCode::BAD_GATEWAY);
                 }
             }
-            Err(_) => {
-                tracing::debug!(vservice = %rt.name, backend = lease.backend(), "no answer within the server timeout");
-                Failure::ResponseTimeout
+        } else {
+            let body = RequestBody::new(body.take(), lease.clone());
+            let Some(req) = to_upstream(&parts, body, lease.addr(), forwarded) else {
+                return responses::status(StatusCode::BAD_REQUEST);
+            };
+            match tokio::time::timeout(server_timeout, upstream.request(req)).await {
+                Ok(Ok(resp)) => break resp.map(Upstream::Hyper),
+                Ok(Err(error)) => {
+                    tracing::debug!(vservice = %rt.name, backend = lease.backend(), %error, "no answer");
+                    if error.is_connect() {
+                        Failure::Connect
+                    } else {
+                        Failure::EmptyResponse
+                    }
+                }
+                Err(_) => {
+                    tracing::debug!(vservice = %rt.name, backend = lease.backend(), "no answer within the server timeout");
+                    Failure::ResponseTimeout
+                }
             }
         };
         lease.fail(failure.into());
@@ -162,7 +197,40 @@ fn to_upstream(
     Some(req)
 }
 
-/// The answer to a request (HTTP/2, or HTTP/1.1 over TLS) with a line over
+/// The HTTP/1.1 head of a request without a body, as the HTTP/1.1 path writes one:
+/// origin-form target, the headers of [`to_upstream`]. None if the target is not one.
+fn direct_head(client: &Parts, forwarded: Option<(IpAddr, bool)>) -> Option<Vec<u8>> {
+    let path = client.uri.path_and_query().map_or("/", |p| p.as_str());
+    if !path.starts_with('/') && path != "*" {
+        return None;
+    }
+    let mut headers = client.headers.clone();
+    headers::strip_hop_by_hop(&mut headers);
+    if !headers.contains_key(HOST) {
+        let host = client.uri.authority().map(|a| a.as_str());
+        if let Some(value) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
+            headers.insert(HOST, value);
+        }
+    }
+    if let Some((client, tls)) = forwarded {
+        headers::add_forwarded(&mut headers, client, tls);
+    }
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(client.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Some(out)
+}
+
+/// The answer to an HTTP/2 request with a line over
 /// `[proxy] max_header_line_bytes`: 414 for the target, 431 for a header. The whole head's
 /// limit is enforced by hyper while reading it.
 fn over_limits(req: &Request<Incoming>, limits: HeaderLimits) -> Option<StatusCode> {

@@ -1,5 +1,6 @@
 //! Connections towards backends: the timed connect of the HTTP/1.1 and L7 TCP paths, and the
-//! pooled client of the TLS and HTTP/2 paths (keep-alive connections reused across requests).
+//! pooled client of HTTP/2 requests with a body (keep-alive connections reused across
+//! requests; HTTP/2 requests without one use the HTTP/1.1 path's, `h1::backend`).
 //! Every successful connect is timed into the vService's connect-time histogram.
 //!
 //! The pooled client is one per worker thread, like the HTTP/1.1 path's idle connections: a

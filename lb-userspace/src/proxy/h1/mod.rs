@@ -6,6 +6,7 @@
 //! (`super::http`); both paths share selection, balancing, persistence, conditions and
 //! local answers.
 
+pub(crate) mod backend;
 mod buffers;
 mod chunked;
 mod client;
