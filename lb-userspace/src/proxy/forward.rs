@@ -197,37 +197,70 @@ fn to_upstream(
     Some(req)
 }
 
-/// The HTTP/1.1 head of a request without a body, as the HTTP/1.1 path writes one:
-/// origin-form target, the headers of [`to_upstream`]. None if the target is not one.
+/// The HTTP/1.1 head of a request without a body, as the HTTP/1.1 path writes one and with
+/// the headers of [`to_upstream`], written straight from the client's header map (no copy
+/// of it): origin-form target, hop-by-hop headers left out, Host from the authority when
+/// there is none, X-Forwarded-For appended to and X-Forwarded-Proto set when `forwarded` is.
+/// None if the target is not in origin form.
 fn direct_head(client: &Parts, forwarded: Option<(IpAddr, bool)>) -> Option<Vec<u8>> {
+    use std::io::Write as _;
     let path = client.uri.path_and_query().map_or("/", |p| p.as_str());
     if !path.starts_with('/') && path != "*" {
         return None;
     }
-    let mut headers = client.headers.clone();
-    headers::strip_hop_by_hop(&mut headers);
-    if !headers.contains_key(HOST) {
-        let host = client.uri.authority().map(|a| a.as_str());
-        if let Some(value) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
-            headers.insert(HOST, value);
-        }
-    }
-    if let Some((client, tls)) = forwarded {
-        headers::add_forwarded(&mut headers, client, tls);
-    }
-    let mut out = Vec::with_capacity(256);
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let xfp = HeaderName::from_static("x-forwarded-proto");
+    // Names a Connection header lists travel no further (HTTP/2 forbids the header; a
+    // request that has one anyway is served right, only slower).
+    let named: Vec<HeaderName> = client
+        .headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    let mut out = Vec::with_capacity(512);
     out.extend_from_slice(client.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in &headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    let mut has_host = false;
+    for (name, value) in &client.headers {
+        if headers::is_hop_by_hop(name)
+            || named.contains(name)
+            || (forwarded.is_some() && (name == xff || name == xfp))
+        {
+            continue;
+        }
+        has_host |= name == HOST;
+        header_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !has_host && let Some(authority) = client.uri.authority() {
+        header_line(&mut out, b"host", authority.as_str().as_bytes());
+    }
+    if let Some((ip, tls)) = forwarded {
+        out.extend_from_slice(b"x-forwarded-for: ");
+        for prior in client.headers.get_all(&xff) {
+            out.extend_from_slice(prior.as_bytes());
+            out.extend_from_slice(b", ");
+        }
+        let _ = write!(out, "{}", ip.to_canonical());
+        out.extend_from_slice(if tls {
+            b"\r\nx-forwarded-proto: https\r\n"
+        } else {
+            b"\r\nx-forwarded-proto: http\r\n"
+        });
     }
     out.extend_from_slice(b"\r\n");
     Some(out)
+}
+
+fn header_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The answer to an HTTP/2 request with a line over
@@ -242,4 +275,34 @@ fn over_limits(req: &Request<Incoming>, limits: HeaderLimits) -> Option<StatusCo
         limits.header_line_fits(name.as_str().len(), value.len())
     };
     (!req.headers().iter().all(fits)).then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_h2_request_without_a_body_gets_the_http1_paths_head() {
+        let req = Request::get("https://a.test/p?q=1")
+            .header("te", "trailers")
+            .header("x-forwarded-for", "10.0.0.1")
+            .header("x-forwarded-proto", "gopher")
+            .header("accept", "*/*")
+            .body(())
+            .expect("request");
+        let (parts, ()) = req.into_parts();
+        let client = Some(("192.0.2.7".parse().expect("ip"), true));
+        let head = direct_head(&parts, client).expect("origin form");
+        assert_eq!(
+            String::from_utf8_lossy(&head),
+            "GET /p?q=1 HTTP/1.1\r\naccept: */*\r\nhost: a.test\r\n\
+             x-forwarded-for: 10.0.0.1, 192.0.2.7\r\nx-forwarded-proto: https\r\n\r\n"
+        );
+        let head = direct_head(&parts, None).expect("origin form");
+        assert_eq!(
+            String::from_utf8_lossy(&head),
+            "GET /p?q=1 HTTP/1.1\r\nx-forwarded-for: 10.0.0.1\r\nx-forwarded-proto: gopher\r\n\
+             accept: */*\r\nhost: a.test\r\n\r\n"
+        );
+    }
 }

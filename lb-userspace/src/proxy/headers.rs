@@ -20,6 +20,12 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRANSFER_ENCODING,
 ];
 
+/// True for a header that never travels to the next hop by its name alone (those a
+/// `Connection` header lists aside): the hop-by-hop ones and `Upgrade`.
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || name == header::UPGRADE
+}
+
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers

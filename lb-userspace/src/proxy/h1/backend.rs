@@ -79,7 +79,7 @@ impl Exchange<'_> {
                 Err(ReadError::Closed)
             };
             match answered {
-                Ok(Some(resp)) => return self.response(resp, up, buf),
+                Ok(Some((resp, raw))) => return self.response(&resp, &raw, up, buf),
                 Ok(None) => return Err(ExchangeError::BadAnswer),
                 Err(ReadError::Closed | ReadError::Io(_)) if reused => {
                     self.lease.count_retry(false);
@@ -94,24 +94,24 @@ impl Exchange<'_> {
     }
 
     /// Reads and parses the answer's head (interim 1xx answers skipped), within the server
-    /// timeout; None when it is not a valid response head.
+    /// timeout: the head and its bytes; None when it is not a valid response head.
     async fn read_head(
         &self,
         up: &mut TcpStream,
         buf: &mut BytesMut,
-    ) -> Result<Option<Head>, ReadError> {
+    ) -> Result<Option<(Head, Bytes)>, ReadError> {
         let deadline = Instant::now() + self.server;
         let mut resp = Head::default();
         loop {
             if !buf.is_empty() {
                 match resp.parse_response(buf, self.head_request) {
                     Ok(Parsed::Complete(n)) => {
-                        let _ = buf.split_to(n);
+                        let raw = buf.split_to(n).freeze();
                         // 101 cannot be asked for over HTTP/2 (no Upgrade goes out).
                         if (100..200).contains(&resp.status) {
                             continue;
                         }
-                        return Ok(Some(resp));
+                        return Ok(Some((resp, raw)));
                     }
                     Ok(Parsed::Partial) => {}
                     Err(_) => return Ok(None),
@@ -121,23 +121,25 @@ impl Exchange<'_> {
         }
     }
 
-    /// The answer as hyper sends it on: status, end-to-end headers (framing and hop-by-hop
-    /// ones dropped), and the body streaming from `up`.
+    /// The answer as hyper sends it on: status, end-to-end headers (hop-by-hop ones, the
+    /// framing among them, dropped; values shared out of the head's bytes `raw`, not copied),
+    /// and the body streaming from `up`.
     fn response(
         &self,
-        resp: Head,
+        resp: &Head,
+        raw: &Bytes,
         up: TcpStream,
         buf: BytesMut,
     ) -> Result<Response<BackendBody>, ExchangeError> {
         let status = StatusCode::from_u16(resp.status).map_err(|_| ExchangeError::BadAnswer)?;
         let framing = resp.framing.unwrap_or(Framing::UntilClose);
         let mut headers = HeaderMap::with_capacity(16);
-        let skip = |name: &[u8]| name.eq_ignore_ascii_case(b"transfer-encoding");
-        for (name, value) in resp.end_to_end(&skip) {
+        for (name, value) in resp.end_to_end_ranges() {
             // A header HTTP/2 cannot carry is dropped, not the whole answer.
-            if let (Ok(name), Ok(value)) =
-                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
-            {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(&raw[name]),
+                HeaderValue::from_maybe_shared(raw.slice(value)),
+            ) {
                 headers.append(name, value);
             }
         }

@@ -368,6 +368,19 @@ impl Head {
         }
     }
 
+    /// [`Head::end_to_end`] as byte ranges of the head that was parsed (the first bytes of
+    /// the input of `parse_*`), for a caller that keeps those bytes and shares them out.
+    pub(crate) fn end_to_end_ranges(
+        &self,
+    ) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+        let range = |s: &Span| s.start as usize..s.end as usize;
+        self.headers
+            .iter()
+            .zip(self.hop.iter())
+            .filter(|(_, hop)| !**hop)
+            .map(move |((n, v), _)| (range(n), range(v)))
+    }
+
     /// Headers that travel to the next hop: (name, value) in order, minus hop-by-hop ones
     /// and those `skip` rejects.
     pub(crate) fn end_to_end<'a>(
