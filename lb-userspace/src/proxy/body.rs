@@ -70,7 +70,9 @@ pub(crate) struct UpstreamBody {
     lease: Arc<Lease>,
     counters: Arc<VsCounters>,
     server_timeout: Duration,
-    idle: Pin<Box<Sleep>>,
+    /// The silence timer, made the first time the backend keeps us waiting (most bodies
+    /// arrive with their head and never need one).
+    idle: Option<Pin<Box<Sleep>>>,
     /// True while the backend owes us data (the silence timer runs).
     waiting: bool,
     /// When the request's head arrived; taken when the body ends, to time the request once.
@@ -86,13 +88,12 @@ impl UpstreamBody {
         server_timeout: Duration,
         started: Instant,
     ) -> UpstreamBody {
-        let idle = Box::pin(tokio::time::sleep(server_timeout));
         UpstreamBody {
             inner,
             lease,
             counters,
             server_timeout,
-            idle,
+            idle: None,
             waiting: false,
             started: Some(started),
         }
@@ -136,9 +137,16 @@ impl Body for UpstreamBody {
                 if !this.waiting {
                     this.waiting = true;
                     let deadline = Instant::now() + this.server_timeout;
-                    this.idle.as_mut().reset(deadline);
+                    match this.idle.as_mut() {
+                        Some(idle) => idle.as_mut().reset(deadline),
+                        None => this.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                    }
                 }
-                ready!(this.idle.as_mut().poll(cx));
+                let timeout = this.server_timeout;
+                let idle = this
+                    .idle
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                ready!(idle.as_mut().poll(cx));
                 tracing::debug!(
                     backend = this.lease.backend(),
                     "upstream silent past the server timeout"
