@@ -1909,6 +1909,56 @@ async fn tls_http11_pipelined_requests_bodies_and_keep_alive() {
     assert_eq!(a.hits(), 25);
 }
 
+/// WebSocket over TLS (wss): an Upgrade on a TLS connection answered 101 becomes a two-way
+/// tunnel through the TLS session, as on a plain one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_websocket_upgrade_becomes_a_two_way_tunnel() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = listener.local_addr().expect("addr");
+    let echo = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let head = read_until(&mut s, |t| t.contains("\r\n\r\n")).await;
+        assert!(
+            head.to_ascii_lowercase().contains("upgrade: websocket"),
+            "{head}"
+        );
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .await
+            .expect("101");
+        let mut buf = [0u8; 1024];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => s.write_all(&buf[..n]).await.expect("echo"),
+            }
+        }
+    });
+    let cert = TestCert::new("wss");
+    let mut vs = vservice("web", VServiceKind::Http, &["ws"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.tls = Some(cert.tls.clone());
+    }
+    let env = Env::start(config(vec![service("ws", backend)], vec![], vec![vs])).await;
+    let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
+    tls.write_all(
+        b"GET /chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .expect("upgrade");
+    tls.flush().await.expect("flush");
+    let head = read_until(&mut tls, |t| t.contains("\r\n\r\n")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    for message in ["frame one", "frame two, longer"] {
+        tls.write_all(message.as_bytes()).await.expect("send");
+        tls.flush().await.expect("flush");
+        let echoed = read_until(&mut tls, |t| t.len() >= message.len()).await;
+        assert_eq!(echoed, message);
+    }
+    drop(tls);
+    let _ = tokio::time::timeout(Duration::from_secs(5), echo).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tests: reload
 
