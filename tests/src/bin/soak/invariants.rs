@@ -88,7 +88,7 @@ fn maintenance(events: &[Event], mt: &[MtWindow], f: &mut Findings) {
 /// The snapshots that bracket [sent, done], if none of them is separated from the next by a
 /// gap: the last one answered by `sent - MARGIN`, through the first one asked after
 /// `done + MARGIN`.
-fn bracket(snaps: &[Snapshot], sent: u64, done: u64) -> Option<&[Snapshot]> {
+pub fn bracket(snaps: &[Snapshot], sent: u64, done: u64) -> Option<&[Snapshot]> {
     // Snapshots are in order of both `asked` and `answered` (one poller, one at a time).
     let first = snaps
         .partition_point(|s| s.answered + MARGIN_MS <= sent)

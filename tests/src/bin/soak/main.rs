@@ -93,6 +93,11 @@ struct Options {
     faults: Vec<FaultKind>,
 }
 
+/// How long after a hostile burst ends its memory may still be held: the balancer closes
+/// slowloris connections at its client timeout, and hands freed memory back once usage has
+/// stayed low for 5 s (`lb run`'s trim).
+const BURST_SETTLE_MS: u64 = 10_000;
+
 const USAGE: &str = "usage: soak [--minutes N] [--seed S] [--out DIR] [--faults KIND,...]";
 
 fn options() -> Result<Options> {
@@ -348,7 +353,7 @@ fn run(o: &Options) -> Result<usize> {
     for e in &outcome.errors {
         let _ = writeln!(text, "fault not applied as planned: {e}");
     }
-    text += &report::vservices(&report::figures(&events, &outcome.records));
+    text += &report::vservices(&report::figures(&events, &outcome.records, &snapshots));
     let _ = writeln!(
         text,
         "HTTP requests resent after a reused keep-alive connection closed under them: {}",
@@ -366,17 +371,30 @@ fn run(o: &Options) -> Result<usize> {
     );
     // Samples are stamped from the soak's start; warm-up counts from the load's start.
     let warm_at = run_start + warm_ms;
-    match sampler::growth(&samples, warm_at) {
+    // While hostile clients hold connections open (and until the daemon has closed them
+    // and handed their memory back) the figures measure the burst, not growth.
+    let burst = |at: u64| {
+        outcome.records.iter().any(|f| {
+            matches!(f.kind, FaultKind::Slowloris | FaultKind::Malformed)
+                && f.start <= at
+                && at <= f.end + BURST_SETTLE_MS
+        })
+    };
+    match sampler::growth(&samples, warm_at, &burst) {
         Some(g) => {
             let _ = writeln!(
                 text,
-                "lb run memory (longest-lived process, pid {}, {:.0} s after warm-up): RSS {:.1} -> {:.1} MiB ({:+.1}%; over its second half {:+.1}%), open fds {} -> {} (range {}..{})",
+                "lb run memory (longest-lived process, pid {}, {:.0} s after warm-up; first and last figures outside slowloris and malformed bursts): RSS {:.1} -> {:.1} MiB ({:+.1}%; over its second half {:+.1}%; peak {:.1} MiB), of which heap (RssAnon) {:.1} -> {:.1} MiB ({:+.1}%), open fds {} -> {} (range {}..{})",
                 g.pid,
                 g.seconds,
                 g.rss_first as f64 / 1024.0,
                 g.rss_last as f64 / 1024.0,
                 g.rss_percent(),
                 g.rss_second_half_percent(),
+                g.rss_peak as f64 / 1024.0,
+                g.anon_first_last.0 as f64 / 1024.0,
+                g.anon_first_last.1 as f64 / 1024.0,
+                g.anon_percent(),
                 g.fds_first_last.0,
                 g.fds_first_last.1,
                 g.fds.0,

@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::events::{Event, Op, Vs};
+use crate::events::{Event, Fail, Op, Vs};
 use crate::faults::{FaultKind, FaultRecord};
+use crate::invariants;
+use crate::lists::Snapshot;
 
 /// A failure is blamed on a fault when it ends within this long after the fault ended (the
 /// Network remove delay, 9 s, plus a check period and the client's own timeouts).
@@ -58,15 +60,17 @@ pub fn affects(f: &FaultRecord, vs: Vs) -> bool {
     }
 }
 
-/// The fault a failure of `vs` that ended at `done` is blamed on: the latest one that
-/// started before it, can touch `vs`, and whose effects may still last ([`reach`]).
-/// An upgrade's old process cuts what is still open at its drain timeout (30 s after the
-/// new one took over, which happened during the fault): such an L7 failure is blamed on it
-/// before any later fault.
-pub fn blame(faults: &[FaultRecord], vs: Vs, done: u64) -> Option<&FaultRecord> {
+/// The fault a failure of `vs`, sent at `sent` and ended at `done`, is blamed on: the
+/// latest one that started before it ended, can touch `vs`, and whose effects may still
+/// last ([`reach`]). An upgrade's old process cuts what is still open at its drain timeout
+/// (30 s after the new one took over, which happened during the fault): an L7 failure then,
+/// of a request or connection made before the upgrade ended (so possibly on the old
+/// process), is blamed on it before any later fault.
+pub fn blame(faults: &[FaultRecord], vs: Vs, sent: u64, done: u64) -> Option<&FaultRecord> {
     let drain_cut = faults.iter().rev().find(|f| {
         f.kind == FaultKind::Upgrade
             && !vs.is_network()
+            && sent <= f.end
             && f.start + 29_000 <= done
             && done <= f.end + 31_000
     });
@@ -98,6 +102,28 @@ fn in_flight(f: &FaultRecord, e: &Event) -> bool {
     }
 }
 
+/// What the report calls an HTTP request answered 5xx while the daemon's own lists showed
+/// no server of its list available (e.g. every main in Maintenance while the backup was
+/// still down from an earlier kill): nothing could serve it.
+pub const NO_SERVER: &str = "no server of its list available (the daemon's lists)";
+
+/// Whether an HTTP failure of `e` came while its list had no eligible member in some
+/// snapshot around it (judged only where the snapshots bracket it without a gap).
+fn list_empty(snaps: &[Snapshot], e: &Event) -> bool {
+    let list = match e.vs {
+        Vs::Web => "default",
+        Vs::WebApi => "api",
+        _ => return false,
+    };
+    e.fail == Some(Fail::Status5xx)
+        && invariants::bracket(snaps, e.sent, e.done).is_some_and(|span| {
+            span.iter().any(|s| {
+                s.list(list)
+                    .is_some_and(|l| !l.members.iter().any(|m| m.eligible))
+            })
+        })
+}
+
 /// Per-vService figures.
 #[derive(Default)]
 pub struct VsFigures {
@@ -121,8 +147,13 @@ pub struct VsFigures {
     pub by_backend: BTreeMap<u8, u64>,
 }
 
-/// Sums the records per vService.
-pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigures> {
+/// Sums the records per vService; `snaps` tell which HTTP failures came while nothing of
+/// their list could serve.
+pub fn figures(
+    events: &[Event],
+    faults: &[FaultRecord],
+    snaps: &[Snapshot],
+) -> BTreeMap<Vs, VsFigures> {
     let mut out: BTreeMap<Vs, VsFigures> = BTreeMap::new();
     for e in events {
         let f = out.entry(e.vs).or_default();
@@ -133,7 +164,8 @@ pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigur
             f.streams += 1;
             if let Some(fail) = e.fail {
                 *f.cut.entry(fail.label()).or_default() += 1;
-                let under = blame(faults, e.vs, e.done).map_or("no fault", |r| r.kind.label());
+                let under =
+                    blame(faults, e.vs, e.sent, e.done).map_or("no fault", |r| r.kind.label());
                 *f.cut_under.entry(under).or_default() += 1;
             }
             continue;
@@ -146,9 +178,10 @@ pub fn figures(events: &[Event], faults: &[FaultRecord]) -> BTreeMap<Vs, VsFigur
         *f.made.entry(what).or_default() += 1;
         let Some(fail) = e.fail else { continue };
         *f.failed.entry(fail.label()).or_default() += 1;
-        match blame(faults, e.vs, e.done) {
+        match blame(faults, e.vs, e.sent, e.done) {
             None => f.outside += 1,
             Some(r) if in_flight(r, e) => *f.uncovered.entry(IN_FLIGHT).or_default() += 1,
+            Some(_) if list_empty(snaps, e) => *f.uncovered.entry(NO_SERVER).or_default() += 1,
             Some(r) if covered(e.vs, r.kind) => f.covered += 1,
             Some(r) => *f.uncovered.entry(r.kind.label()).or_default() += 1,
         }
@@ -229,8 +262,91 @@ pub fn failures_csv(events: &[Event], faults: &[FaultRecord]) -> String {
             e.op,
             e.backend.map(|b| format!("b{b}")).unwrap_or_default(),
             e.fail.map(|f| f.label()).unwrap_or_default(),
-            blame(faults, e.vs, e.done).map_or("no fault".into(), |r| r.describe())
+            blame(faults, e.vs, e.sent, e.done).map_or("no fault".into(), |r| r.describe())
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lists::{List, Member};
+
+    fn fault(kind: FaultKind, start: u64, end: u64) -> FaultRecord {
+        FaultRecord {
+            kind,
+            backend: Some(2),
+            service: None,
+            start,
+            end,
+        }
+    }
+
+    fn failed_5xx(vs: Vs, sent: u64, done: u64) -> Event {
+        Event {
+            vs,
+            op: Op::Request,
+            sent,
+            done,
+            backend: None,
+            fail: Some(Fail::Status5xx),
+        }
+    }
+
+    #[test]
+    fn only_what_was_made_before_an_upgrade_ended_is_cut_at_its_drain_timeout() {
+        let faults = [
+            fault(FaultKind::Upgrade, 10_000, 14_000),
+            fault(FaultKind::BackendSilent, 40_000, 45_000),
+        ];
+        // A stream opened before the upgrade, cut 30 s after it.
+        let cut = blame(&faults, Vs::Web, 5_000, 42_000).map(|f| f.kind);
+        assert_eq!(cut, Some(FaultKind::Upgrade));
+        // A request sent long after it, on a backend that just went silent.
+        let late = blame(&faults, Vs::Web, 40_000, 45_000).map(|f| f.kind);
+        assert_eq!(late, Some(FaultKind::BackendSilent));
+    }
+
+    /// Snapshots every 100 ms of the `api` list: w2 a main, w5 its backup, both eligible
+    /// only when `up` says so.
+    fn snaps(up: impl Fn(u64) -> bool) -> Vec<Snapshot> {
+        (0..=20)
+            .map(|i| {
+                let at = 61_000 + i * 100;
+                let eligible = up(at);
+                Snapshot {
+                    asked: at,
+                    answered: at + 5,
+                    lists: vec![List {
+                        name: "api".into(),
+                        tier: if eligible { "backup 1" } else { "none" }.into(),
+                        members: vec![
+                            Member {
+                                name: "w2".into(),
+                                backup: false,
+                                eligible: false,
+                            },
+                            Member {
+                                name: "w5".into(),
+                                backup: true,
+                                eligible,
+                            },
+                        ],
+                    }],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_5xx_while_the_list_had_no_server_is_not_one_the_balancer_covers() {
+        let faults = [fault(FaultKind::MainsMaintenance, 61_500, 66_000)];
+        let e = failed_5xx(Vs::WebApi, 61_700, 61_701);
+        let down = figures(std::slice::from_ref(&e), &faults, &snaps(|at| at > 62_000));
+        let f = &down[&Vs::WebApi];
+        assert_eq!((f.covered, f.uncovered.get(NO_SERVER)), (0, Some(&1)));
+        let up = figures(&[e], &faults, &snaps(|_| true));
+        assert_eq!(up[&Vs::WebApi].covered, 1);
+    }
 }

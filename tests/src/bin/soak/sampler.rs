@@ -1,4 +1,5 @@
-//! Once a second: the serving `lb run`'s resident memory (VmRSS) and open file descriptors
+//! Once a second: the serving `lb run`'s resident memory (VmRSS, and its heap: RssAnon) and
+//! open file descriptors
 //! (entries of /proc/PID/fd); every fifth second the occupancy of the XDP connection table
 //! (entries of the pinned CONNS map, counted by `bpftool map dump`). Written to
 //! `samples.csv`, summarised after warm-up, and drawn as a PNG.
@@ -22,6 +23,9 @@ pub struct Sample {
     pub pid: u32,
     /// VmRSS in KiB.
     pub rss_kb: u64,
+    /// RssAnon in KiB: the heap and stacks, what a leak grows (VmRSS also counts the pages
+    /// of the binary's code, which grow as code runs for the first time).
+    pub anon_kb: u64,
     /// Open file descriptors.
     pub fds: u64,
     /// Connection-table entries, when counted this second.
@@ -46,13 +50,14 @@ impl Sampler {
             let mut n = 0u64;
             while !s.load(Ordering::SeqCst) {
                 let p = pid.load(Ordering::SeqCst);
-                if let (Some(rss_kb), Some(fds)) = (rss(p), fds(p)) {
+                if let (Some((rss_kb, anon_kb)), Some(fds)) = (rss(p), fds(p)) {
                     let conns = n.is_multiple_of(5).then(|| count_entries(&conns)).flatten();
                     if let Ok(mut v) = out.lock() {
                         v.push(Sample {
                             at: now_ms(),
                             pid: p,
                             rss_kb,
+                            anon_kb,
                             fds,
                             conns,
                         });
@@ -79,15 +84,19 @@ impl Sampler {
     }
 }
 
-fn rss(pid: u32) -> Option<u64> {
+/// (VmRSS, RssAnon) in KiB.
+fn rss(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("VmRSS:")?, field("RssAnon:")?))
 }
 
 fn fds(pid: u32) -> Option<u64> {
@@ -106,13 +115,14 @@ fn count_entries(map: &Path) -> Option<u64> {
 
 /// Writes `samples.csv` in `dir`.
 pub fn write_csv(dir: &Path, samples: &[Sample]) -> Result<PathBuf> {
-    let mut text = String::from("seconds,pid,rss_kib,fds,conn_table_entries\n");
+    let mut text = String::from("seconds,pid,rss_kib,rss_anon_kib,fds,conn_table_entries\n");
     for s in samples {
         text += &format!(
-            "{:.1},{},{},{},{}\n",
+            "{:.1},{},{},{},{},{}\n",
             s.at as f64 / 1000.0,
             s.pid,
             s.rss_kb,
+            s.anon_kb,
             s.fds,
             s.conns.map(|c| c.to_string()).unwrap_or_default()
         );
@@ -122,7 +132,9 @@ pub fn write_csv(dir: &Path, samples: &[Sample]) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Growth over one daemon lifetime after warm-up.
+/// Growth over one daemon lifetime after warm-up. Its first and last figures are medians
+/// of 10 samples taken outside the hostile clients' bursts (100 slowloris connections hold
+/// memory and fds while they are open, which the daemon gives back once they are closed).
 pub struct Growth {
     /// The process.
     pub pid: u32,
@@ -132,6 +144,10 @@ pub struct Growth {
     pub rss_first: u64,
     /// Median RSS (KiB) of its last 10 samples.
     pub rss_last: u64,
+    /// Median RssAnon (KiB) of the same first and last samples.
+    pub anon_first_last: (u64, u64),
+    /// Highest RSS (KiB) after warm-up, bursts included.
+    pub rss_peak: u64,
     /// Fewest and most fds after warm-up.
     pub fds: (u64, u64),
     /// Median fds of the first and last 10 samples.
@@ -145,6 +161,12 @@ impl Growth {
     /// RSS growth in percent.
     pub fn rss_percent(&self) -> f64 {
         (self.rss_last as f64 - self.rss_first as f64) * 100.0 / self.rss_first.max(1) as f64
+    }
+
+    /// Heap (RssAnon) growth in percent.
+    pub fn anon_percent(&self) -> f64 {
+        let (first, last) = self.anon_first_last;
+        (last as f64 - first as f64) * 100.0 / first.max(1) as f64
     }
 
     /// RSS growth over the second half of the measured span, in percent.
@@ -172,8 +194,9 @@ fn median(mut v: Vec<u64>) -> u64 {
 }
 
 /// The growth of the longest-lived daemon process after `warm_ms` (a process is measured
-/// from warm-up or from 10 s after its start, whichever is later).
-pub fn growth(samples: &[Sample], warm_ms: u64) -> Option<Growth> {
+/// from warm-up or from 10 s after its start, whichever is later); `burst` tells the
+/// moments a hostile burst was open, left out of the first and last figures.
+pub fn growth(samples: &[Sample], warm_ms: u64, burst: &dyn Fn(u64) -> bool) -> Option<Growth> {
     let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
     pids.dedup();
     pids.sort_unstable();
@@ -191,20 +214,24 @@ pub fn growth(samples: &[Sample], warm_ms: u64) -> Option<Growth> {
         if best.as_ref().is_some_and(|b| b.seconds >= seconds) {
             continue;
         }
-        let head: Vec<&Sample> = after.iter().take(10).copied().collect();
-        let middle: Vec<&Sample> = after
-            .iter()
-            .skip(after.len() / 2)
-            .take(10)
-            .copied()
-            .collect();
-        let tail: Vec<&Sample> = after.iter().rev().take(10).copied().collect();
+        let calm: Vec<&Sample> = after.iter().copied().filter(|s| !burst(s.at)).collect();
+        if calm.len() < 20 {
+            continue;
+        }
+        let head: Vec<&Sample> = calm.iter().take(10).copied().collect();
+        let middle: Vec<&Sample> = calm.iter().skip(calm.len() / 2).take(10).copied().collect();
+        let tail: Vec<&Sample> = calm.iter().rev().take(10).copied().collect();
         best = Some(Growth {
             pid,
             seconds,
             rss_first: median(head.iter().map(|s| s.rss_kb).collect()),
             rss_last: median(tail.iter().map(|s| s.rss_kb).collect()),
             rss_middle: median(middle.iter().map(|s| s.rss_kb).collect()),
+            anon_first_last: (
+                median(head.iter().map(|s| s.anon_kb).collect()),
+                median(tail.iter().map(|s| s.anon_kb).collect()),
+            ),
+            rss_peak: after.iter().map(|s| s.rss_kb).max().unwrap_or(0),
             fds: (
                 after.iter().map(|s| s.fds).min().unwrap_or(0),
                 after.iter().map(|s| s.fds).max().unwrap_or(0),
@@ -311,6 +338,7 @@ mod tests {
             at: at_s * 1000,
             pid,
             rss_kb,
+            anon_kb: rss_kb / 2,
             fds: 60,
             conns: None,
         }
@@ -322,10 +350,30 @@ mod tests {
     fn growth_is_measured_on_the_longest_process_and_its_second_half() {
         let mut v: Vec<Sample> = (0..40).map(|t| sample(t, 1, 30_000)).collect();
         v.extend((40..140).map(|t| sample(t, 2, if t < 70 { 30_000 } else { 36_000 })));
-        let g = growth(&v, 20_000).expect("a process past warm-up");
+        let g = growth(&v, 20_000, &|_| false).expect("a process past warm-up");
         assert_eq!(g.pid, 2);
         assert!((g.rss_percent() - 20.0).abs() < 0.01, "{}", g.rss_percent());
+        assert!(
+            (g.anon_percent() - 20.0).abs() < 0.01,
+            "{}",
+            g.anon_percent()
+        );
         assert!(g.rss_second_half_percent().abs() < 0.01);
         assert_eq!(peaks(&v), vec![(1, 30_000), (2, 36_000)]);
+    }
+
+    /// A process that ends during a burst of slow clients is measured on the samples
+    /// before it: the burst's memory is reported as the peak, not as growth.
+    #[test]
+    fn the_last_figure_leaves_out_a_burst() {
+        let v: Vec<Sample> = (0..100)
+            .map(|t| sample(t, 1, if t >= 90 { 34_000 } else { 30_000 }))
+            .collect();
+        let burst = |at: u64| at >= 90_000;
+        let g = growth(&v, 20_000, &burst).expect("a process past warm-up");
+        assert!(g.rss_percent().abs() < 0.01, "{}", g.rss_percent());
+        assert_eq!(g.rss_peak, 34_000);
+        let g = growth(&v, 20_000, &|_| false).expect("a process past warm-up");
+        assert!(g.rss_percent() > 10.0);
     }
 }
