@@ -380,11 +380,11 @@ fn run(o: &Options) -> Result<usize> {
                 && at <= f.end + BURST_SETTLE_MS
         })
     };
-    match sampler::growth(&samples, warm_at, &burst) {
+    match sampler::growth(&samples, warm_at, warm_ms, &burst) {
         Some(g) => {
             let _ = writeln!(
                 text,
-                "lb run memory (longest-lived process, pid {}, {:.0} s after warm-up; first and last figures outside slowloris and malformed bursts): RSS {:.1} -> {:.1} MiB ({:+.1}%; over its second half {:+.1}%; peak {:.1} MiB), of which heap (RssAnon) {:.1} -> {:.1} MiB ({:+.1}%), open fds {} -> {} (range {}..{})",
+                "lb run memory (longest-lived process, pid {}, {:.0} s after its warm-up; first and last figures outside slowloris and malformed bursts): RSS {:.1} -> {:.1} MiB ({:+.1}%; over its second half {:+.1}%; peak {:.1} MiB), of which heap (RssAnon) {:.1} -> {:.1} MiB ({:+.1}%), open fds {} -> {} (range {}..{})",
                 g.pid,
                 g.seconds,
                 g.rss_first as f64 / 1024.0,

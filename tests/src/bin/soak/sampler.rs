@@ -193,10 +193,17 @@ fn median(mut v: Vec<u64>) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// The growth of the longest-lived daemon process after `warm_ms` (a process is measured
-/// from warm-up or from 10 s after its start, whichever is later); `burst` tells the
-/// moments a hostile burst was open, left out of the first and last figures.
-pub fn growth(samples: &[Sample], warm_ms: u64, burst: &dyn Fn(u64) -> bool) -> Option<Growth> {
+/// The growth of the longest-lived daemon process after warm-up: a process is measured from
+/// `warm_at` (the run's warm-up end) or, when it started later (an upgrade, a restart after
+/// kill -9), from `warm_len` after its own start: a new process fills its buffer pools and
+/// idle lists under the load first, as the first one did. `burst` tells the moments a
+/// hostile burst was open, left out of the first and last figures.
+pub fn growth(
+    samples: &[Sample],
+    warm_at: u64,
+    warm_len: u64,
+    burst: &dyn Fn(u64) -> bool,
+) -> Option<Growth> {
     let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
     pids.dedup();
     pids.sort_unstable();
@@ -205,7 +212,7 @@ pub fn growth(samples: &[Sample], warm_ms: u64, burst: &dyn Fn(u64) -> bool) -> 
     for pid in pids {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.pid == pid).collect();
         let first_at = mine.first()?.at;
-        let from = warm_ms.max(first_at + 10_000);
+        let from = warm_at.max(first_at + warm_len);
         let after: Vec<&Sample> = mine.into_iter().filter(|s| s.at >= from).collect();
         if after.len() < 20 {
             continue;
@@ -350,7 +357,7 @@ mod tests {
     fn growth_is_measured_on_the_longest_process_and_its_second_half() {
         let mut v: Vec<Sample> = (0..40).map(|t| sample(t, 1, 30_000)).collect();
         v.extend((40..140).map(|t| sample(t, 2, if t < 70 { 30_000 } else { 36_000 })));
-        let g = growth(&v, 20_000, &|_| false).expect("a process past warm-up");
+        let g = growth(&v, 20_000, 10_000, &|_| false).expect("a process past warm-up");
         assert_eq!(g.pid, 2);
         assert!((g.rss_percent() - 20.0).abs() < 0.01, "{}", g.rss_percent());
         assert!(
@@ -370,10 +377,10 @@ mod tests {
             .map(|t| sample(t, 1, if t >= 90 { 34_000 } else { 30_000 }))
             .collect();
         let burst = |at: u64| at >= 90_000;
-        let g = growth(&v, 20_000, &burst).expect("a process past warm-up");
+        let g = growth(&v, 20_000, 10_000, &burst).expect("a process past warm-up");
         assert!(g.rss_percent().abs() < 0.01, "{}", g.rss_percent());
         assert_eq!(g.rss_peak, 34_000);
-        let g = growth(&v, 20_000, &|_| false).expect("a process past warm-up");
+        let g = growth(&v, 20_000, 10_000, &|_| false).expect("a process past warm-up");
         assert!(g.rss_percent() > 10.0);
     }
 }
