@@ -98,6 +98,12 @@ struct Options {
 /// stayed low for 5 s (`lb run`'s trim).
 const BURST_SETTLE_MS: u64 = 10_000;
 
+/// How long a daemon process started after the run's warm-up (an upgrade, a restart after
+/// kill -9) warms up before its memory is measured: under the soak's load a new process's
+/// heap rises for about 30 s (buffer pools, idle backend connections, the allocator's
+/// arenas) and then levels off.
+const PROCESS_WARM_MS: u64 = 30_000;
+
 const USAGE: &str = "usage: soak [--minutes N] [--seed S] [--out DIR] [--faults KIND,...]";
 
 fn options() -> Result<Options> {
@@ -380,7 +386,7 @@ fn run(o: &Options) -> Result<usize> {
                 && at <= f.end + BURST_SETTLE_MS
         })
     };
-    match sampler::growth(&samples, warm_at, warm_ms, &burst) {
+    match sampler::growth(&samples, warm_at, PROCESS_WARM_MS.min(warm_ms), &burst) {
         Some(g) => {
             let _ = writeln!(
                 text,

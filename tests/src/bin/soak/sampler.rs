@@ -196,7 +196,7 @@ fn median(mut v: Vec<u64>) -> u64 {
 /// The growth of the longest-lived daemon process after warm-up: a process is measured from
 /// `warm_at` (the run's warm-up end) or, when it started later (an upgrade, a restart after
 /// kill -9), from `warm_len` after its own start: a new process fills its buffer pools and
-/// idle lists under the load first, as the first one did. `burst` tells the moments a
+/// idle lists under the load first. `burst` tells the moments a
 /// hostile burst was open, left out of the first and last figures.
 pub fn growth(
     samples: &[Sample],
