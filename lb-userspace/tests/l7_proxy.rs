@@ -1909,6 +1909,40 @@ async fn tls_http11_pipelined_requests_bodies_and_keep_alive() {
     assert_eq!(a.hits(), 25);
 }
 
+/// An answer whose body ends with the backend's close reaches a TLS client whole and ends
+/// with a close_notify: without one, rustls (and OpenSSL) clients cannot tell the end of
+/// the body from a cut connection and report an unexpected end of file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_body_delimited_by_close_ends_with_close_notify() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let _ = read_until(&mut s, |t| t.contains("\r\n\r\n")).await;
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nthe whole body")
+            .await
+            .expect("answer");
+    });
+    let cert = TestCert::new("tls-close");
+    let mut vs = vservice("web", VServiceKind::Http, &["old"]);
+    if let Some(l7) = vs.l7.as_mut() {
+        l7.tls = Some(cert.tls.clone());
+    }
+    let env = Env::start(config(vec![service("old", backend)], vec![], vec![vs])).await;
+    let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("request");
+    tls.flush().await.expect("flush");
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(matches!(read, Ok(Ok(_))), "{read:?}: {text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("\r\n\r\nthe whole body"), "{text}");
+    let _ = server.await;
+}
+
 /// WebSocket over TLS (wss): an Upgrade on a TLS connection answered 101 becomes a two-way
 /// tunnel through the TLS session, as on a plain one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

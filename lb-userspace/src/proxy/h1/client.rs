@@ -7,9 +7,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
+
+/// How long closing a TLS connection may wait for the client to take the close_notify.
+const FINISH_LIMIT: Duration = Duration::from_secs(1);
 
 /// A client connection the HTTP/1.1 path reads requests from and writes answers to.
 ///
@@ -29,6 +32,11 @@ pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Tells HTTP/2 with prior knowledge (true) from HTTP/1.x (false) by the first bytes,
     /// without consuming them; None when the client closes or stays silent past `limit`.
     fn sniff_h2(&self, limit: Duration) -> impl Future<Output = Option<bool>> + Send + '_;
+
+    /// Ends the connection after its last answer: over TLS a close_notify alert, so that a
+    /// client reading a body delimited by the close can tell its end from a cut (rustls
+    /// and OpenSSL clients report a close without one as an unexpected end of file).
+    fn finish(&mut self) -> impl Future<Output = ()> + Send + '_;
 }
 
 impl ClientStream for TcpStream {
@@ -44,6 +52,11 @@ impl ClientStream for TcpStream {
 
     fn sniff_h2(&self, limit: Duration) -> impl Future<Output = Option<bool>> + Send + '_ {
         super::super::http::sniff_h2(self, limit)
+    }
+
+    /// Closing the socket is the end.
+    fn finish(&mut self) -> impl Future<Output = ()> + Send + '_ {
+        std::future::ready(())
     }
 }
 
@@ -71,5 +84,11 @@ impl ClientStream for TlsStream<TcpStream> {
     /// ALPN chose HTTP/1.1 already.
     fn sniff_h2(&self, _limit: Duration) -> impl Future<Output = Option<bool>> + Send + '_ {
         std::future::ready(Some(false))
+    }
+
+    /// Sends close_notify (and the records still held), within a short time: a client
+    /// that stopped reading does not hold the connection open.
+    async fn finish(&mut self) {
+        let _ = tokio::time::timeout(FINISH_LIMIT, self.shutdown()).await;
     }
 }

@@ -179,10 +179,11 @@ async fn serve_line<C: ClientStream>(mut line: Line<C>, sniff: bool) {
         };
         first = false;
         let conn = Conn::new(line, b);
-        let (back, b, next) = Box::pin(conn.serve_requests(&mut settings, head_by)).await;
+        let (mut back, b, next) = Box::pin(conn.serve_requests(&mut settings, head_by)).await;
         buffers::give_back(b);
         if next == Next::Close {
-            return;
+            // Boxed: the TLS close's state is not kept beside the waiting connection's.
+            return Box::pin(back.client.finish()).await;
         }
         line = back;
     }
