@@ -998,12 +998,12 @@ async fn a_refused_connect_is_retried_on_another_server() {
     assert_eq!(env.stats("strict").counts.retries, 0);
 }
 
-/// A retry after a refused connect is outside the retry budget: the refused server never saw
+/// S-RT1: a retry after a refused connect is outside the retry budget: the refused server never saw
 /// the request, so sending it elsewhere is no second copy. Sixteen slow requests at once, half
 /// of them first picked for the refusing server: all eight retries are under way together,
 /// past the budget's floor of three, and every request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_after_a_refused_connect_take_no_share_of_the_budget() {
+async fn s_rt1_retries_after_a_refused_connect_take_no_share_of_the_budget() {
     let a = http_backend("a").await;
     let dead = refusing_addr().await;
     let env = Env::start(config(
@@ -1788,20 +1788,20 @@ impl Drop for TestCert {
     }
 }
 
-/// An HTTP vService `web` on backend `a` with TLS.
-async fn tls_env(cert: &TestCert, a: &Backend) -> Env {
-    let mut vs = vservice("web", VServiceKind::Http, &["a"]);
+/// An HTTP vService `web` with TLS on one backend, `name` at `addr`.
+async fn tls_env(cert: &TestCert, name: &str, addr: SocketAddr) -> Env {
+    let mut vs = vservice("web", VServiceKind::Http, &[name]);
     if let Some(l7) = vs.l7.as_mut() {
         l7.tls = Some(cert.tls.clone());
     }
-    Env::start(config(vec![service("a", a.addr)], vec![], vec![vs])).await
+    Env::start(config(vec![service(name, addr)], vec![], vec![vs])).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_alpn_h2_and_http11_works() {
     let a = http_backend("a").await;
     let cert = TestCert::new("tls");
-    let env = tls_env(&cert, &a).await;
+    let env = tls_env(&cert, "a", a.addr).await;
     for (alpn, version) in [
         (&b"h2"[..], hyper::Version::HTTP_2),
         (&b"http/1.1"[..], hyper::Version::HTTP_11),
@@ -1863,7 +1863,7 @@ async fn read_until<S: tokio::io::AsyncRead + Unpin>(
 async fn tls_http11_pipelined_requests_bodies_and_keep_alive() {
     let a = http_backend("a").await;
     let cert = TestCert::new("tls-h1");
-    let env = tls_env(&cert, &a).await;
+    let env = tls_env(&cert, "a", a.addr).await;
     let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
     // Three short requests in one record, then twenty of 1 KiB (two records, more than a
     // read takes at once).
@@ -1924,11 +1924,7 @@ async fn tls_body_delimited_by_close_ends_with_close_notify() {
             .expect("answer");
     });
     let cert = TestCert::new("tls-close");
-    let mut vs = vservice("web", VServiceKind::Http, &["old"]);
-    if let Some(l7) = vs.l7.as_mut() {
-        l7.tls = Some(cert.tls.clone());
-    }
-    let env = Env::start(config(vec![service("old", backend)], vec![], vec![vs])).await;
+    let env = tls_env(&cert, "old", backend).await;
     let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
     tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
@@ -1968,11 +1964,7 @@ async fn tls_websocket_upgrade_becomes_a_two_way_tunnel() {
         }
     });
     let cert = TestCert::new("wss");
-    let mut vs = vservice("web", VServiceKind::Http, &["ws"]);
-    if let Some(l7) = vs.l7.as_mut() {
-        l7.tls = Some(cert.tls.clone());
-    }
-    let env = Env::start(config(vec![service("ws", backend)], vec![], vec![vs])).await;
+    let env = tls_env(&cert, "ws", backend).await;
     let mut tls = cert.connect(env.addr("web"), b"http/1.1").await;
     tls.write_all(
         b"GET /chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\

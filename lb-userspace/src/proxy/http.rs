@@ -48,7 +48,7 @@ pub(crate) async fn serve_tls(
     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
         run(rt, tls, peer, true, closing, timeouts).await;
     } else {
-        super::h1::serve_tls(rt, tls, peer, closing).await;
+        super::h1::serve(rt, tls, peer, closing).await;
     }
 }
 

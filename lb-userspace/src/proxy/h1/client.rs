@@ -19,7 +19,9 @@ const FINISH_LIMIT: Duration = Duration::from_secs(1);
 /// Beside reading and writing, an idle connection must be waited on without a buffer (the
 /// socket's readiness) and read without waiting once woken: that is what lets ten thousand
 /// idle keep-alive connections hold no buffers.
-pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait ClientStream:
+    AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static
+{
     /// The connection is TLS: the backend is told `X-Forwarded-Proto: https`.
     const TLS: bool;
 
@@ -81,7 +83,7 @@ impl ClientStream for TlsStream<TcpStream> {
         }
     }
 
-    /// ALPN chose HTTP/1.1 already.
+    /// ALPN chose HTTP/1.1 already (not asked: [`ClientStream::TLS`] tells).
     fn sniff_h2(&self, _limit: Duration) -> impl Future<Output = Option<bool>> + Send + '_ {
         std::future::ready(Some(false))
     }

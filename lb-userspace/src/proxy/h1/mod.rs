@@ -9,7 +9,7 @@
 pub(crate) mod backend;
 mod buffers;
 mod chunked;
-mod client;
+pub(crate) mod client;
 #[cfg(test)]
 mod fuzz;
 mod head;
@@ -27,7 +27,6 @@ use bytes::Buf;
 use hyper::StatusCode;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
-use tokio_rustls::server::TlsStream;
 
 use super::balance::{Lease, LiveError};
 use super::headers;
@@ -93,57 +92,35 @@ enum Next {
 /// request.
 type SettingsCache<'a> = arc_swap::Cache<&'a arc_swap::ArcSwap<VsSettings>, Arc<VsSettings>>;
 
-/// Serves one connection of a plain listener until it closes: HTTP/1.x here, HTTP/2 with
-/// prior knowledge (h2c) handed over to hyper.
+/// Serves one connection until it closes: HTTP/1.x here, on a plain socket or, after the
+/// handshake, on a TLS session whose client chose HTTP/1.1 (or no protocol) by ALPN. A
+/// plain connection that starts with the HTTP/2 preface (h2c) is handed over to hyper.
 ///
 /// The task alternates between two states: waiting for a request, which holds only the
 /// socket and a timer (no buffer: the thread's pool has them), and serving requests, whose
 /// larger state is boxed for as long as requests keep coming, so the many idle keep-alive
 /// connections of a balancer cost little more than their sockets (issue 22).
-pub(crate) fn serve(
+pub(crate) fn serve<C: ClientStream>(
     rt: Arc<VsRuntime>,
-    client: TcpStream,
+    client: C,
     peer: SocketAddr,
     closing: Arc<Closing>,
 ) -> impl Future<Output = ()> + Send {
     // A plain function: the connection is the future's only captured state, not a copy
     // of its parts beside it.
-    serve_line(
-        Line {
-            rt,
-            client,
-            peer,
-            closing,
-        },
-        true,
-    )
+    serve_line(Line {
+        rt,
+        client,
+        peer,
+        closing,
+    })
 }
 
-/// Serves one connection of a TLS listener whose client chose HTTP/1.1 (or no protocol) by
-/// ALPN, after the handshake, the same way as a plain one.
-pub(crate) fn serve_tls(
-    rt: Arc<VsRuntime>,
-    client: TlsStream<TcpStream>,
-    peer: SocketAddr,
-    closing: Arc<Closing>,
-) -> impl Future<Output = ()> + Send {
-    serve_line(
-        Line {
-            rt,
-            client,
-            peer,
-            closing,
-        },
-        false,
-    )
-}
-
-/// `sniff`: tell HTTP/2 with prior knowledge from HTTP/1.x by the first bytes (a plain
-/// connection; over TLS, ALPN told).
-async fn serve_line<C: ClientStream>(mut line: Line<C>, sniff: bool) {
+async fn serve_line<C: ClientStream>(mut line: Line<C>) {
     let settings_of = line.rt.clone();
     let mut settings = SettingsCache::new(&settings_of.settings);
-    if sniff {
+    // Over TLS, ALPN told the protocol already.
+    if !C::TLS {
         // Boxed: waiting for the first bytes takes more room than waiting between requests.
         let client_timeout = settings.load().l7.timeouts.client;
         match Box::pin(line.client.sniff_h2(client_timeout)).await {
