@@ -37,8 +37,12 @@ pub mod names {
     pub const VIP_STATS: &str = "VIP_STATS";
     /// Per-CPU counters per backend slot.
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
-    /// Per-CPU next-hop cache: index (hash of the address) -> [`NextHop`](crate::NextHop).
+    /// Per-CPU next-hop cache towards clients: index (hash of the address) ->
+    /// [`NextHop`](crate::NextHop).
     pub const NEXTHOPS: &str = "NEXTHOPS";
+    /// Next hops towards backends: the `hop` index of a [`BackendSlot`](crate::BackendSlot)
+    /// -> [`NextHop`](crate::NextHop), one per backend address.
+    pub const HOPS: &str = "HOPS";
     /// Generation of the next-hop cache (one `u32`): entries of another generation are stale.
     pub const NEXTHOP_GEN: &str = "NEXTHOP_GEN";
     /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
@@ -63,6 +67,8 @@ pub mod names {
 pub const MAX_VIPS: u32 = 4096;
 /// Highest number of backend slots. A slot is one backend in one VIP's list.
 pub const MAX_BACKEND_SLOTS: u32 = 131_072;
+/// Entries of `HOPS`: at most one per slot (slots of one address share one).
+pub const MAX_HOPS: u32 = MAX_BACKEND_SLOTS;
 /// Default size of the connection table (flows), changeable at load time.
 pub const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
 /// Default Maglev table size per VIP (a prime).
@@ -75,16 +81,14 @@ pub const MAX_MAGLEV_SIZE: u32 = 1 << 20;
 pub const MAX_RANGE_PREFIXES: u32 = 16_384;
 /// Number of distinct VIP addresses with Port Range or ANY-L3 entries.
 pub const MAX_ADDRS: u32 = 65_536;
-/// Entries of the next-hop cache (per CPU; a power of two).
+/// Entries of the next-hop cache towards clients (per CPU; a power of two). Next hops
+/// towards backends are in `HOPS`, one per backend address.
 pub const MAX_NEXTHOPS: u32 = 65_536;
-/// How long a cached next hop is used before the FIB is asked again, in kernel jiffies
+/// How long a next hop is reused before the FIB is asked again, in kernel jiffies
 /// (read for the price of a memory load, where a clock read costs more): 1 s at HZ=250
 /// (Debian's kernels), 0.25 s at HZ=1000. Neighbour and route changes reach the data path
 /// within this time; a configuration change forgets every entry at once.
 pub const NEXTHOP_TTL_JIFFIES: u64 = 250;
-/// First `NEXTHOPS` entry of the half used for NAT replies (towards clients); the first
-/// half holds backends, so a stream of client addresses never evicts them.
-pub const NEXTHOP_REPLY_BASE: u32 = MAX_NEXTHOPS / 2;
 /// `PROGS` index of the program for "too big" errors about VIP flows.
 pub const PROG_ICMP_ERROR: u32 = 0;
 /// `PROGS` index of the program for packets that may be NAT replies.
@@ -176,8 +180,9 @@ impl Addr {
 /// Version of the maps' layout, kept in the `LAYOUT` map: a data path pinned by an `lb` of
 /// another layout is not adopted (its maps would be misread); the operator unloads it
 /// first. Version 2: addresses as bytes, ports as numbers (pins of earlier versions have
-/// no `LAYOUT` map).
-pub const LAYOUT_VERSION: u32 = 2;
+/// no `LAYOUT` map). Version 3: backend slots name their
+/// next hop in `HOPS`.
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -323,6 +328,11 @@ pub struct BackendSlot {
     pub family: u8,
     /// The VIP this slot belongs to.
     pub vip_id: u32,
+    /// Index of this backend address's next hop in `HOPS` (one per distinct address,
+    /// shared by every slot of that address; given by userspace).
+    pub hop: u32,
+    /// Reserved, zero.
+    pub pad: u32,
 }
 
 /// A flow as seen on the wire (client-to-VIP direction for `CONNS`, backend-to-client
@@ -404,9 +414,12 @@ pub struct NatTargets {
     pub targets: [NatTarget; MAX_NAT_TARGETS],
 }
 
-/// A cached FIB result: where to send frames for one destination address. Kept per CPU in
-/// a direct-mapped, two-way cache indexed by the address's hash (no hash-map lookup, no
-/// locks); the entry names its address, so a collision only costs a FIB lookup.
+/// A FIB result kept for reuse: where to send frames for one destination address. Towards
+/// backends, one per backend address in `HOPS`, at the index its slots carry (one array
+/// read, shared by every CPU and every VIP of that backend). Towards clients (NAT replies
+/// and ICMP errors), per CPU in `NEXTHOPS`, a direct-mapped, two-way cache indexed by the
+/// address's hash. Either way the entry names its address, so a stale index or a collision
+/// only costs a FIB lookup.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NextHop {
@@ -493,7 +506,7 @@ mod tests {
         assert_eq!(size_of::<VipKey>(), 20);
         assert_eq!(size_of::<RangeData>(), 20);
         assert_eq!(size_of::<VipMeta>(), 16);
-        assert_eq!(size_of::<BackendSlot>(), 24);
+        assert_eq!(size_of::<BackendSlot>(), 32);
         assert_eq!(size_of::<FlowKey>(), 40);
         assert_eq!(size_of::<FlowValue>(), 8);
         assert_eq!(size_of::<NatReverse>(), 28);

@@ -1,5 +1,5 @@
-//! Next hop from the kernel's FIB (cached briefly per destination and CPU) and the final MAC
-//! rewrite + forwarding verdict.
+//! Next hop from the kernel's FIB (kept briefly per backend address, or per client address
+//! and CPU) and the final MAC rewrite + forwarding verdict.
 
 use core::mem;
 
@@ -9,12 +9,10 @@ use aya_ebpf::{
     helpers::generated::{bpf_fib_lookup, bpf_jiffies64, bpf_redirect},
     programs::XdpContext,
 };
-use lb_common::{
-    Addr, GLOBAL_FIB_LOOKUP, NEXTHOP_REPLY_BASE, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit,
-};
+use lb_common::{Addr, GLOBAL_FIB_LOOKUP, MAX_NEXTHOPS, NEXTHOP_TTL_JIFFIES, NextHop, filter_bit};
 
 use crate::ip::IpHeader;
-use crate::maps::{NEXTHOP_GEN, NEXTHOPS};
+use crate::maps::{HOPS, NEXTHOP_GEN, NEXTHOPS};
 use crate::parse::Packet;
 
 const BPF_FIB_LKUP_RET_SUCCESS: i64 = 0;
@@ -29,34 +27,90 @@ pub enum Miss {
     Kernel,
 }
 
-/// Which half of the cache a destination uses: backends and clients apart, so that many
-/// client addresses never push the few backends out.
+/// Where XDP sends a packet: the egress interface and the two MACs.
 #[derive(Clone, Copy)]
-pub enum Towards {
-    Backend,
-    Client,
+pub struct Egress {
+    pub ifindex: u32,
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
 }
 
-/// The next hop towards `dst`: from this CPU's cache while fresh (same generation, not
-/// expired) and the packet no bigger than one the FIB accepted, else from the FIB as if the
-/// packet arrived on the ingress interface (which checks the packet against the route's
-/// MTU). The cache is two-way: `dst` may sit in either entry of its pair. Failures are
+/// The generation next hops must carry to be used (userspace bumps it to forget them all).
+/// Read before the backend slot, so that a hop looked up for a slot's old address while
+/// userspace rewrites the slot is written with the old generation and never used (the
+/// address check catches it too).
+#[inline(always)]
+pub fn generation() -> u32 {
+    NEXTHOP_GEN.get(0).copied().unwrap_or(0)
+}
+
+/// The next hop towards the backend address `dst`, whose slot names `index` in `HOPS`: the
+/// one kept there while fresh (same address and generation, not expired, the packet no
+/// bigger than one the FIB accepted), else the FIB's, kept there for the next packets.
+/// Failures are never kept.
+#[inline(always)]
+pub fn towards_backend<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    dst: &[u32; 4],
+    index: u32,
+    generation: u32,
+) -> Result<Egress, Miss> {
+    let now = unsafe { bpf_jiffies64() };
+    let len = unsafe { H::tot_len(pkt.ip) };
+    let kept = HOPS.get_ptr_mut(index);
+    if let Some(hop) = kept {
+        let hop = unsafe { &*hop };
+        if hop.addr.words() == dst
+            && hop.family == H::FAMILY
+            && hop.generation == generation
+            && hop.expires > now
+            && len <= hop.max_len
+        {
+            return Ok(Egress {
+                ifindex: hop.ifindex,
+                smac: hop.smac,
+                dmac: hop.dmac,
+            });
+        }
+    }
+    let egress = query(ctx, pkt, &pkt.saddr, dst, len)?;
+    if let Some(hop) = kept {
+        // Shared by every CPU, without a lock: a racing writer writes the FIB's answer for
+        // the same address (or, just after a configuration change gave the index to another
+        // address, an answer of the old generation), so a half-written entry can only mix
+        // two answers for one address for a moment.
+        unsafe {
+            *hop = NextHop {
+                addr: Addr::from_words(dst),
+                ifindex: egress.ifindex,
+                smac: egress.smac,
+                dmac: egress.dmac,
+                max_len: len,
+                family: H::FAMILY,
+                pad: 0,
+                generation,
+                expires: now + NEXTHOP_TTL_JIFFIES,
+            }
+        };
+    }
+    Ok(egress)
+}
+
+/// The next hop towards the client `dst`: from this CPU's cache while fresh (same
+/// generation, not expired) and the packet no bigger than one the FIB accepted, else from
+/// the FIB. The cache is two-way: `dst` may sit in either entry of its pair. Failures are
 /// never cached.
 #[inline(always)]
-pub fn lookup<H: IpHeader>(
+pub fn towards_client<H: IpHeader>(
     ctx: &XdpContext,
     pkt: &Packet<H>,
     src: &[u32; 4],
     dst: &[u32; 4],
-    towards: Towards,
-) -> Result<NextHop, Miss> {
-    let base = match towards {
-        Towards::Backend => 0,
-        Towards::Client => NEXTHOP_REPLY_BASE,
-    };
-    let pair = base + (filter_bit(dst) & (NEXTHOP_REPLY_BASE - 2));
+) -> Result<Egress, Miss> {
+    let pair = filter_bit(dst) & (MAX_NEXTHOPS - 2);
     let now = unsafe { bpf_jiffies64() };
-    let generation = NEXTHOP_GEN.get(0).copied().unwrap_or(0);
+    let generation = generation();
     let len = unsafe { H::tot_len(pkt.ip) };
     // The entry to replace on a miss: the one already for `dst`, else one that is stale.
     let mut victim = pair + 1;
@@ -66,7 +120,11 @@ pub fn lookup<H: IpHeader>(
             let mine = hop.addr.words() == dst && hop.family == H::FAMILY;
             let fresh = hop.generation == generation && hop.expires > now;
             if mine && fresh && len <= hop.max_len {
-                return Ok(*hop);
+                return Ok(Egress {
+                    ifindex: hop.ifindex,
+                    smac: hop.smac,
+                    dmac: hop.dmac,
+                });
             }
             if mine || !fresh {
                 victim = pair + way;
@@ -74,6 +132,35 @@ pub fn lookup<H: IpHeader>(
         }
         way += 1;
     }
+    let egress = query(ctx, pkt, src, dst, len)?;
+    let hop = NextHop {
+        addr: Addr::from_words(dst),
+        ifindex: egress.ifindex,
+        smac: egress.smac,
+        dmac: egress.dmac,
+        max_len: len,
+        family: H::FAMILY,
+        pad: 0,
+        generation,
+        expires: now + NEXTHOP_TTL_JIFFIES,
+    };
+    if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
+        // Per-CPU: no other CPU reads or writes this copy.
+        unsafe { *slot = hop };
+    }
+    Ok(egress)
+}
+
+/// Asks the FIB for a packet of `len` bytes from `src` to `dst` as if it arrived on the
+/// ingress interface (which checks the packet against the route's MTU).
+#[inline(always)]
+fn query<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    src: &[u32; 4],
+    dst: &[u32; 4],
+    len: u16,
+) -> Result<Egress, Miss> {
     crate::stats::global(GLOBAL_FIB_LOOKUP);
     let mut params: FibParams = unsafe { mem::zeroed() };
     params.family = H::AF;
@@ -97,27 +184,16 @@ pub fn lookup<H: IpHeader>(
     if rc != BPF_FIB_LKUP_RET_SUCCESS {
         return Err(Miss::Kernel);
     }
-    let hop = NextHop {
-        addr: Addr::from_words(dst),
+    Ok(Egress {
         ifindex: params.ifindex,
         smac: params.smac,
         dmac: params.dmac,
-        max_len: len,
-        family: H::FAMILY,
-        pad: 0,
-        generation,
-        expires: now + NEXTHOP_TTL_JIFFIES,
-    };
-    if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
-        // Per-CPU: no other CPU reads or writes this copy.
-        unsafe { *slot = hop };
-    }
-    Ok(hop)
+    })
 }
 
 /// Writes the next hop's MACs and returns XDP_TX (same interface) or XDP_REDIRECT.
 #[inline(always)]
-pub fn transmit<H>(ctx: &XdpContext, pkt: &Packet<H>, hop: &NextHop) -> u32 {
+pub fn transmit<H>(ctx: &XdpContext, pkt: &Packet<H>, hop: &Egress) -> u32 {
     unsafe {
         (*pkt.eth).dst = hop.dmac;
         (*pkt.eth).src = hop.smac;

@@ -9,7 +9,8 @@ use crate::parse::Packet;
 /// Result of choosing a backend for one packet.
 pub struct Choice {
     pub slot: u32,
-    pub backend: BackendSlot,
+    /// The slot itself, in the map (read once, where its fields are needed).
+    pub backend: *const BackendSlot,
     pub new_flow: bool,
     pub ct_miss: bool,
 }
@@ -62,10 +63,12 @@ fn hash(key: &FlowKey) -> u32 {
 }
 
 #[inline(always)]
-fn active_slot(slot: u32, vip_id: u32) -> Option<BackendSlot> {
-    let b = BACKENDS.get(slot)?;
-    if b.flags & SLOT_F_ACTIVE != 0 && b.vip_id == vip_id {
-        Some(*b)
+fn active_slot(slot: u32, vip_id: u32) -> Option<*const BackendSlot> {
+    let b = BACKENDS.get_ptr(slot)?;
+    // SAFETY: a pointer into the map, checked non-null by the lookup.
+    let (flags, owner) = unsafe { ((*b).flags, (*b).vip_id) };
+    if flags & SLOT_F_ACTIVE != 0 && owner == vip_id {
+        Some(b)
     } else {
         None
     }

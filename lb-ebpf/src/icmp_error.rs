@@ -230,8 +230,8 @@ fn deliver<H: IpHeader>(
         crate::stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
-    // Rare (one per path MTU change): the client half serves both directions.
-    match fib::lookup(ctx, pkt, src, dst, fib::Towards::Client) {
+    // Rare (one per path MTU change): the per-CPU cache serves both directions.
+    match fib::towards_client(ctx, pkt, src, dst) {
         Ok(hop) => {
             if routed {
                 unsafe { H::decrement_hop_limit(pkt.ip) };

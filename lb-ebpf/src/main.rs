@@ -26,7 +26,7 @@ mod vip;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::*;
 
-use crate::fib::{Miss, Towards};
+use crate::fib::{Egress, Miss};
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
 use crate::maps::{NAT_REV, PROGS};
@@ -113,6 +113,8 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         stats::global(GLOBAL_TTL_EXPIRED);
         return xdp_action::XDP_PASS;
     }
+    // Before the slot is read: see `fib::generation`.
+    let generation = fib::generation();
     let key = flow::key(pkt);
     let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     let Some(choice) = flow::choose(&key, meta, is_syn) else {
@@ -125,9 +127,13 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         ct_miss: choice.ct_miss,
     };
     stats::forwarded(meta.vip_id, choice.slot, &ev);
-    let backend_addr = *choice.backend.addr.words();
+    // SAFETY: a pointer into BACKENDS, checked by the lookup that produced it.
+    let (backend_addr, backend_port, hop) = unsafe {
+        let b = &*choice.backend;
+        (*b.addr.words(), b.port, b.hop)
+    };
     // The next hop first: a packet too big for the path is answered before it is changed.
-    let hop = fib::lookup(ctx, pkt, &pkt.saddr, &backend_addr, Towards::Backend);
+    let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);
     if let Err(Miss::TooBig(mtu)) = hop {
         stats::global(GLOBAL_TOO_BIG);
         if let Some(verdict) = icmp::too_big(ctx, pkt, mtu) {
@@ -144,13 +150,13 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         };
     }
     if choice.new_flow && meta.flags & VIP_F_REVERSE_ENTRY != 0 {
-        let port = if choice.backend.port == 0 {
+        let port = if backend_port == 0 {
             key.dport
         } else {
-            choice.backend.port
+            backend_port
         };
         let rev_key = FlowKey {
-            src: choice.backend.addr,
+            src: Addr::from_words(&backend_addr),
             dst: key.src,
             sport: port,
             dport: key.sport,
@@ -172,7 +178,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         pkt,
         Side::Destination,
         &backend_addr,
-        choice.backend.port.to_be(),
+        backend_port.to_be(),
     );
     // Unresolved or too big without DF: the kernel forwards (and fragments) the rewritten
     // packet.
@@ -201,7 +207,7 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         0
     };
     let vip_addr = *rev.vip_addr.words();
-    let hop = fib::lookup(ctx, pkt, &vip_addr, &pkt.daddr, Towards::Client);
+    let hop = fib::towards_client(ctx, pkt, &vip_addr, &pkt.daddr);
     if let Err(Miss::TooBig(_)) = hop {
         // Untranslated, so that the kernel's "too big" reaches the backend that sent it.
         stats::global(GLOBAL_TOO_BIG);
@@ -214,7 +220,7 @@ fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
 /// After a NAT rewrite: TTL or hop limit and MACs towards the next hop; without one, the
 /// kernel forwards the packet.
 #[inline(always)]
-fn finish<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, hop: Result<NextHop, Miss>) -> u32 {
+fn finish<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, hop: Result<Egress, Miss>) -> u32 {
     match hop {
         Ok(hop) => {
             unsafe { H::decrement_hop_limit(pkt.ip) };

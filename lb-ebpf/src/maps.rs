@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
-    FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_NEXTHOPS,
+    FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS, MAX_NEXTHOPS,
     MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData, VipKey, VipMeta,
 };
 
@@ -42,6 +42,11 @@ pub static RANGES: LpmTrie<RangeData, VipMeta, { MAX_RANGE_PREFIXES as usize }, 
 #[btf_map]
 pub static BACKENDS: Array<BackendSlot, { MAX_BACKEND_SLOTS as usize }> = Array::new();
 
+/// Next hops towards backends, at the index their slots carry, written from the FIB by
+/// the program and reused for `NEXTHOP_TTL_JIFFIES` (see `fib`).
+#[btf_map]
+pub static HOPS: Array<NextHop, { MAX_HOPS as usize }> = Array::new();
+
 /// Per-VIP Maglev tables, swapped whole by userspace.
 #[btf_map]
 pub static MAGLEV: ArrayOfMaps<
@@ -72,7 +77,8 @@ pub static NAT_REV: LruHashMap<
     PER_CPU_LRU,
 > = LruHashMap::new();
 
-/// Next hops from the FIB, per CPU, reused for `NEXTHOP_TTL_JIFFIES` (see `fib`).
+/// Next hops towards clients from the FIB, per CPU, reused for `NEXTHOP_TTL_JIFFIES`
+/// (see `fib`).
 #[btf_map]
 pub static NEXTHOPS: PerCpuArray<NextHop, { MAX_NEXTHOPS as usize }> = PerCpuArray::new();
 

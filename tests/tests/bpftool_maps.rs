@@ -279,7 +279,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         }
     }
     let addr = ["addr", "family"];
-    let checks: [(&str, &[&str], &[&str]); 15] = [
+    let checks: [(&str, &[&str], &[&str]); 16] = [
         ("ADDRS", &addr, &[]),
         (
             "VIPS",
@@ -290,7 +290,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         (
             "BACKENDS",
             &[],
-            &["addr", "port", "flags", "family", "vip_id"],
+            &["addr", "port", "flags", "family", "vip_id", "hop"],
         ),
         (
             "CONNS",
@@ -307,6 +307,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
             &[],
             &["addr", "ifindex", "smac", "dmac", "expires"],
         ),
+        ("HOPS", &[], &["addr", "ifindex", "smac", "dmac", "expires"]),
         ("NEXTHOP_GEN", &[], &[]),
         ("LAYOUT", &[], &[]),
         ("NAT_BACKENDS", &addr, &["len", "targets"]),

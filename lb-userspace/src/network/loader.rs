@@ -24,7 +24,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 16] = [
+const MAP_NAMES: [&str; 17] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -33,6 +33,7 @@ const MAP_NAMES: [&str; 16] = [
     names::CONNS,
     names::NAT_REV,
     names::NEXTHOPS,
+    names::HOPS,
     names::VIP_STATS,
     names::BACKEND_STATS,
     names::GLOBAL_STATS,

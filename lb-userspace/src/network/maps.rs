@@ -70,13 +70,11 @@ impl Maps {
             next("BACKENDS")?,
         );
         let maglev = next("MAGLEV")?;
-        let (conns, nat_rev, nexthops, vip_stats, backend_stats) = (
-            next("CONNS")?,
-            next("NAT_REV")?,
-            next("NEXTHOPS")?,
-            next("VIP_STATS")?,
-            next("BACKEND_STATS")?,
-        );
+        let (conns, nat_rev, nexthops) = (next("CONNS")?, next("NAT_REV")?, next("NEXTHOPS")?);
+        // Written by the program only; pinned for bpftool (a configuration change makes
+        // its entries stale through NEXTHOP_GEN).
+        next("HOPS")?;
+        let (vip_stats, backend_stats) = (next("VIP_STATS")?, next("BACKEND_STATS")?);
         Ok(Maps {
             maglev_fd: dup_fd(&maglev, "MAGLEV")?,
             backends_fd: dup_fd(&backends, "BACKENDS")?,

@@ -4,6 +4,7 @@ mod batch;
 mod btf;
 mod build;
 mod filter;
+mod hops;
 mod loader;
 pub mod maglev;
 mod maps;

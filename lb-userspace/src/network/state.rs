@@ -54,6 +54,10 @@ pub(crate) struct SlotState {
     pub port: u16,
     pub weight: u32,
     pub active: bool,
+    /// Index of the address's next hop in `HOPS` (0 in states written before it existed,
+    /// whose slots are written again).
+    #[serde(default)]
+    pub hop: u32,
 }
 
 /// A shared string written and read as a plain one.
@@ -159,6 +163,7 @@ pub(crate) fn test_vip(
                 port: *p,
                 weight: 1,
                 active: true,
+                hop: 0,
             })
             .collect(),
     }

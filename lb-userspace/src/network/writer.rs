@@ -20,6 +20,7 @@ use lb_common::{
 use tracing::debug;
 
 use super::filter::Filter;
+use super::hops::HopIds;
 use super::loader::DataPath;
 use super::maps::Maps;
 use super::nat::NatBackends;
@@ -73,6 +74,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             kept.insert(b.slot);
         }
     }
+    let mut hops = HopIds::new(old, trust_old);
     let mut keys = build::Keys::default();
     // The key of each backend of each VIP, parallel to `new.vips[i].backends`.
     let mut key_ids: Vec<Vec<u32>> = Vec::with_capacity(vips.len());
@@ -102,6 +104,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 }
             };
             used_slots.insert(slot);
+            let hop = hops.of(b.address)?;
             if !unchanged {
                 let (addr, family) = Addr::from_ip(b.address);
                 let entry = BackendSlot {
@@ -110,6 +113,8 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                     flags: if b.active { SLOT_F_ACTIVE } else { 0 },
                     family,
                     vip_id,
+                    hop,
+                    pad: 0,
                 };
                 slot_writes.push((slot, entry));
             }
@@ -120,6 +125,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 port: b.port,
                 weight: b.weight,
                 active: b.active,
+                hop,
             };
             vip_keys.push(keys.add(b.address, b.port));
             slots.push(state);
