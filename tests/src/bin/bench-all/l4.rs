@@ -102,6 +102,8 @@ pub struct L4Results {
     pub ratios_vs_nft: BTreeMap<(System, Workload), Vec<f64>>,
     /// Per-round ratio of a system's CPU/packet to the minimal forwarder's, per workload.
     pub cpu_vs_min: BTreeMap<(System, Workload), Vec<f64>>,
+    /// Per-round ratio of a system's pps to the minimal forwarder's, per workload.
+    pub pps_vs_min: BTreeMap<(System, Workload), Vec<f64>>,
     /// Systems that could not run, with why.
     pub skipped: Vec<(System, String)>,
     /// Rounds and window.
@@ -429,6 +431,7 @@ pub fn run(rounds: usize, window: Duration) -> Result<L4Results> {
     let mut samples: BTreeMap<(System, Workload), Vec<Sample>> = BTreeMap::new();
     let mut ratios_vs_nft = BTreeMap::new();
     let mut cpu_vs_min = BTreeMap::new();
+    let mut pps_vs_min = BTreeMap::new();
     for round in 0..rounds {
         let mut order = systems.clone();
         let n = order.len().max(1);
@@ -477,6 +480,10 @@ pub fn run(rounds: usize, window: Duration) -> Result<L4Results> {
                     .entry((sys, wl))
                     .or_insert_with(Vec::new)
                     .push(s.ns_per_pkt / m.ns_per_pkt);
+                pps_vs_min
+                    .entry((sys, wl))
+                    .or_insert_with(Vec::new)
+                    .push(s.pps / m.pps);
             }
         }
     }
@@ -485,6 +492,7 @@ pub fn run(rounds: usize, window: Duration) -> Result<L4Results> {
         samples,
         ratios_vs_nft,
         cpu_vs_min,
+        pps_vs_min,
         skipped,
         rounds,
         window,

@@ -88,6 +88,7 @@ fn l4_section(out: &mut String, dir: &Path, r: &L4Results) -> Result<()> {
             Err(e) => writeln!(out, "\n(no plot: {e:#})\n")?,
         }
     }
+    targets(out, r)?;
     if !r.skipped.is_empty() {
         writeln!(out, "### Could not run\n")?;
         for (sys, why) in &r.skipped {
@@ -95,6 +96,50 @@ fn l4_section(out: &mut String, dir: &Path, r: &L4Results) -> Result<()> {
         }
         writeln!(out)?;
     }
+    Ok(())
+}
+
+/// The three figures issue 16 sets targets for, as same-round medians of this project's NAT
+/// data path against nftables and the minimal forwarder.
+fn targets(out: &mut String, r: &L4Results) -> Result<()> {
+    let figure = |m: &std::collections::BTreeMap<(System, Workload), Vec<f64>>, wl| {
+        m.get(&(System::LbNat, wl)).map(|v| median(v))
+    };
+    let line = |what: &str, got: Option<f64>, target: f64, more_is_better: bool| match got {
+        Some(x) => {
+            let met = if more_is_better {
+                x >= target
+            } else {
+                x <= target
+            };
+            let verdict = if met { "met" } else { "not met" };
+            format!("- {what}: {x:.2}x (target {target}x, {verdict})")
+        }
+        None => format!("- {what}: not measured"),
+    };
+    writeln!(out, "### Targets (XDP nat, same-round medians)\n")?;
+    writeln!(
+        out,
+        "{}\n{}\n{}\n",
+        line(
+            "packets/s against nftables DNAT, UDP 65,536 flows",
+            figure(&r.ratios_vs_nft, Workload::UdpMany),
+            4.0,
+            true
+        ),
+        line(
+            "balancer CPU per packet against the minimal XDP forwarder, UDP 65,536 flows",
+            figure(&r.cpu_vs_min, Workload::UdpMany),
+            1.3,
+            false
+        ),
+        line(
+            "new TCP connections/s against the minimal XDP forwarder",
+            figure(&r.pps_vs_min, Workload::TcpNew),
+            0.8,
+            true
+        ),
+    )?;
     Ok(())
 }
 
