@@ -35,7 +35,8 @@ pub mod names {
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     /// Per-CPU counters per VIP id.
     pub const VIP_STATS: &str = "VIP_STATS";
-    /// Per-CPU counters per backend slot.
+    /// Counters per backend slot and CPU: index `cpu * MAX_BACKEND_SLOTS + slot` ->
+    /// [`Counters`](crate::Counters).
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     /// Per-CPU next-hop cache towards clients: index (hash of the address) ->
     /// [`NextHop`](crate::NextHop).
@@ -100,6 +101,9 @@ pub const BPF_F_INNER_MAP: u32 = 0x1000;
 /// Flag for arrays userspace may `mmap`: a new Maglev table is written with one copy into
 /// its memory instead of one kernel-checked copy per entry (1,000 tables in milliseconds).
 pub const BPF_F_MMAPABLE: u32 = 0x400;
+/// Flags of `BACKEND_STATS`: memory-mapped, so userspace reads 100,000 slots' counters
+/// without a system call each.
+pub const BACKEND_STATS_FLAGS: u32 = BPF_F_MMAPABLE;
 /// Flags of every Maglev table: any size, memory-mapped. Inner maps must carry the
 /// template's flags exactly, so both sides take them from here.
 pub const MAGLEV_TABLE_FLAGS: u32 = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
@@ -181,7 +185,7 @@ impl Addr {
 /// another layout is not adopted (its maps would be misread); the operator unloads it
 /// first. Version 2: addresses as bytes, ports as numbers (pins of earlier versions have
 /// no `LAYOUT` map). Version 3: backend slots name their
-/// next hop in `HOPS`.
+/// next hop in `HOPS`; BACKEND_STATS is a plain array with a block per slot and CPU.
 pub const LAYOUT_VERSION: u32 = 3;
 
 /// Address family marker stored in keys.

@@ -95,10 +95,15 @@ pub static LAYOUT: Array<u32, 1> = Array::new();
 #[btf_map]
 pub static VIP_STATS: PerCpuArray<Counters, { MAX_VIPS as usize }> = PerCpuArray::new();
 
-/// Counters per backend slot.
+/// Counters per backend slot and CPU, at `cpu * MAX_BACKEND_SLOTS + slot` (userspace sizes it
+/// for the possible CPUs at load and reads it through a memory mapping): a plain array, so
+/// a packet touches one block, not a per-CPU pointer table and then a block.
 #[btf_map]
-pub static BACKEND_STATS: PerCpuArray<Counters, { MAX_BACKEND_SLOTS as usize }> =
-    PerCpuArray::new();
+pub static BACKEND_STATS: Array<
+    Counters,
+    { MAX_BACKEND_SLOTS as usize },
+    { lb_common::BACKEND_STATS_FLAGS as usize },
+> = Array::new();
 
 /// Global counters, indexed by `lb_common::GLOBAL_*`.
 #[btf_map]

@@ -1,6 +1,8 @@
-//! Per-CPU counter updates (no atomics on this target: per-CPU maps instead).
+//! Counter updates, each CPU on its own copy (no atomics on this target): per-CPU maps, and
+//! for backend slots a plain array with a block per CPU.
 
-use lb_common::Counters;
+use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
+use lb_common::{Counters, MAX_BACKEND_SLOTS};
 
 use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
 
@@ -10,6 +12,17 @@ pub fn global(index: u32) {
     if let Some(c) = GLOBAL_STATS.get_ptr_mut(index) {
         unsafe { *c += 1 };
     }
+}
+
+/// This CPU's counters of backend slot `slot`.
+#[inline(always)]
+fn slot_counters(slot: u32) -> Option<*mut Counters> {
+    if slot >= MAX_BACKEND_SLOTS {
+        return None;
+    }
+    // SAFETY: no preconditions; the program runs on one CPU from start to end.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    BACKEND_STATS.get_ptr_mut(cpu * MAX_BACKEND_SLOTS + slot)
 }
 
 /// What happened to one packet, for the VIP and backend counters.
@@ -25,7 +38,7 @@ pub fn replied(vip_id: u32, slot: u32, bytes: u64) {
     if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
         bump_reply(c, bytes);
     }
-    if let Some(c) = BACKEND_STATS.get_ptr_mut(slot) {
+    if let Some(c) = slot_counters(slot) {
         bump_reply(c, bytes);
     }
 }
@@ -58,7 +71,7 @@ pub fn forwarded(vip_id: u32, slot: u32, ev: &Event) {
     if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
         bump(c, ev);
     }
-    if let Some(c) = BACKEND_STATS.get_ptr_mut(slot) {
+    if let Some(c) = slot_counters(slot) {
         bump(c, ev);
     }
 }

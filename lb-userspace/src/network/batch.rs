@@ -15,9 +15,9 @@
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
-use aya::maps::{Array, MapData, PerCpuArray};
+use aya::maps::{Array, MapData};
 use aya_obj::generated::bpf_cmd;
-use lb_common::{BackendSlot, Counters, MAGLEV_TABLE_FLAGS};
+use lb_common::{BackendSlot, MAGLEV_TABLE_FLAGS};
 
 use super::{btf, sys};
 
@@ -240,37 +240,5 @@ pub(crate) fn write_slots(
             Ok(())
         }
         Err(e) => Err(e).context("BPF_MAP_UPDATE_BATCH on BACKENDS"),
-    }
-}
-
-/// Zeroes the per-CPU counters of `slots` in BACKEND_STATS (`fd`) in one batch (a per-CPU
-/// value is one counter block per possible CPU), falling back to one update each.
-pub(crate) fn reset_counters(
-    stats: &mut PerCpuArray<MapData, Counters>,
-    fd: BorrowedFd<'_>,
-    slots: &[u32],
-) -> Result<()> {
-    if slots.is_empty() {
-        return Ok(());
-    }
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-    // Counters holds only u64s, so each CPU's block is already 8-byte aligned in size.
-    let zeros = vec![Counters::default(); slots.len() * cpus];
-    let count = u32::try_from(slots.len()).context("number of counter blocks")?;
-    match update_batch(
-        fd.as_raw_fd() as u32,
-        slots.as_ptr(),
-        zeros.as_ptr().cast(),
-        count,
-    ) {
-        Ok(n) if n == count => Ok(()),
-        Ok(n) => bail!("BPF_MAP_UPDATE_BATCH reset {n} of {count} counter blocks"),
-        Err(e) if unsupported(&e) => {
-            for slot in slots {
-                super::maps::Maps::reset_counters(stats, *slot)?;
-            }
-            Ok(())
-        }
-        Err(e) => Err(e).context("BPF_MAP_UPDATE_BATCH on BACKEND_STATS"),
     }
 }

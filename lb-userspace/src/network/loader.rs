@@ -76,6 +76,16 @@ pub struct DataPath {
     pub(crate) nat: Option<NatBackends>,
 }
 
+/// Entries of BACKEND_STATS: one counter block per backend slot and possible CPU (see
+/// `counters`).
+fn backend_stats_entries() -> Result<u32> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+    u32::try_from(cpus)
+        .ok()
+        .and_then(|c| c.checked_mul(lb_common::MAX_BACKEND_SLOTS))
+        .with_context(|| format!("BACKEND_STATS for {cpus} CPUs is too large"))
+}
+
 fn prog_pin(dir: &Path) -> PathBuf {
     dir.join("prog")
 }
@@ -163,6 +173,7 @@ impl DataPath {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::CONNS, opts.conn_table_size)
             .map_max_entries(names::NAT_REV, opts.conn_table_size)
+            .map_max_entries(names::BACKEND_STATS, backend_stats_entries()?)
             .load(object)
             .context("loading the XDP object into the kernel")?;
         let mut maps = Vec::new();

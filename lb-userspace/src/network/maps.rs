@@ -2,6 +2,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
+use super::counters::SlotCounters;
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
@@ -18,11 +19,10 @@ pub(crate) struct Maps {
     pub ranges: LpmTrie<MapData, RangeData, VipMeta>,
     pub backends: Array<MapData, BackendSlot>,
     pub maglev: ArrayOfMaps<MapData, Array<MapData, u32>>,
-    /// Descriptors of MAGLEV, BACKENDS and BACKEND_STATS for batched writes (aya's
-    /// handles do not lend theirs out).
+    /// Descriptors of MAGLEV and BACKENDS for batched writes (aya's handles do not lend
+    /// theirs out).
     pub maglev_fd: OwnedFd,
     pub backends_fd: OwnedFd,
-    pub backend_stats_fd: OwnedFd,
     /// Kept open for status and adoption; flows are written by the program only.
     #[allow(dead_code)]
     pub conns: HashMap<MapData, FlowKey, FlowValue>,
@@ -31,10 +31,14 @@ pub(crate) struct Maps {
     /// Kept open for status and adoption; written by the program only.
     #[allow(dead_code)]
     pub nexthops: PerCpuArray<MapData, NextHop>,
+    /// Written by the program only (a configuration change makes its entries stale through
+    /// NEXTHOP_GEN); kept open as the others.
+    #[allow(dead_code)]
+    pub hops: Array<MapData, NextHop>,
     /// Generation of the next-hop cache: bumped to forget every entry.
     pub nexthop_gen: Array<MapData, u32>,
     pub vip_stats: PerCpuArray<MapData, Counters>,
-    pub backend_stats: PerCpuArray<MapData, Counters>,
+    pub backend_stats: SlotCounters,
     pub global_stats: PerCpuArray<MapData, u64>,
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
@@ -71,14 +75,11 @@ impl Maps {
         );
         let maglev = next("MAGLEV")?;
         let (conns, nat_rev, nexthops) = (next("CONNS")?, next("NAT_REV")?, next("NEXTHOPS")?);
-        // Written by the program only; pinned for bpftool (a configuration change makes
-        // its entries stale through NEXTHOP_GEN).
-        next("HOPS")?;
+        let hops = next("HOPS")?;
         let (vip_stats, backend_stats) = (next("VIP_STATS")?, next("BACKEND_STATS")?);
         Ok(Maps {
             maglev_fd: dup_fd(&maglev, "MAGLEV")?,
             backends_fd: dup_fd(&backends, "BACKENDS")?,
-            backend_stats_fd: dup_fd(&backend_stats, "BACKEND_STATS")?,
             addrs: addrs.try_into().context("ADDRS")?,
             vips: vips.try_into().context("VIPS")?,
             ranges: ranges.try_into().context("RANGES")?,
@@ -87,8 +88,12 @@ impl Maps {
             conns: conns.try_into().context("CONNS")?,
             nat_rev: nat_rev.try_into().context("NAT_REV")?,
             nexthops: nexthops.try_into().context("NEXTHOPS")?,
+            hops: hops.try_into().context("HOPS")?,
             vip_stats: vip_stats.try_into().context("VIP_STATS")?,
-            backend_stats: backend_stats.try_into().context("BACKEND_STATS")?,
+            backend_stats: SlotCounters::map(
+                backend_stats,
+                aya::util::nr_cpus().map_err(|(_, e)| e)?,
+            )?,
             global_stats: next("GLOBAL_STATS")?.try_into().context("GLOBAL_STATS")?,
             progs: next("PROGS")?.try_into().context("PROGS")?,
             filter: next("ADDR_FILTER")?.try_into().context("ADDR_FILTER")?,

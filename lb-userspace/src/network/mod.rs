@@ -3,6 +3,7 @@
 mod batch;
 mod btf;
 mod build;
+mod counters;
 mod filter;
 mod hops;
 mod loader;

@@ -101,7 +101,7 @@ impl DataPath {
                     port: b.port,
                     weight: b.weight,
                     active: b.active,
-                    counters: Maps::sum_counters(&self.maps.backend_stats, b.slot)?,
+                    counters: self.maps.backend_stats.sum(b.slot)?,
                 });
             }
             vips.push(VipStatus {

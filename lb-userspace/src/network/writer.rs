@@ -187,11 +187,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     }
     let filled = started.elapsed();
     let maps = &mut dp.maps;
-    batch::reset_counters(
-        &mut maps.backend_stats,
-        maps.backend_stats_fd.as_fd(),
-        &resets,
-    )?;
+    maps.backend_stats.reset(&resets)?;
     batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
     batch::swap_tables(maps.maglev_fd.as_fd(), &tables)
         .context("swapping in the new Maglev tables")?;

@@ -1,0 +1,110 @@
+//! The backend slots' counters (BACKEND_STATS), read and reset through a memory mapping.
+//!
+//! The program keeps one counter block per slot and CPU in a plain array, at index
+//! `cpu * MAX_BACKEND_SLOTS + slot`, instead of a per-CPU array: a per-CPU lookup reads a
+//! pointer table before the block, one more cache miss per packet when traffic spreads over
+//! 100,000 slots. The array is memory-mapped here, so `lb status` sums a slot's CPUs with
+//! plain reads instead of one system call per slot.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use anyhow::{Context, Result, bail};
+use aya::maps::{Map, MapData};
+use lb_common::{Counters, MAX_BACKEND_SLOTS};
+
+/// A shared mapping of BACKEND_STATS.
+pub(crate) struct SlotCounters {
+    base: *mut Counters,
+    bytes: usize,
+    cpus: usize,
+    /// The map itself: its descriptor stays open as long as the mapping (and for the
+    /// programs loaded after it, whose instructions name it by descriptor).
+    _map: MapData,
+}
+
+// SAFETY: the mapping belongs to this value alone; moving it to another thread moves the
+// only access to it.
+unsafe impl Send for SlotCounters {}
+// SAFETY: reads through `&self` are volatile reads of plain integers the program may be
+// updating; resets need `&mut self`.
+unsafe impl Sync for SlotCounters {}
+
+impl SlotCounters {
+    /// Maps BACKEND_STATS, which holds `cpus` blocks per slot.
+    pub(crate) fn map(map: Map, cpus: usize) -> Result<SlotCounters> {
+        let Map::Array(map) = map else {
+            bail!("BACKEND_STATS is not an array");
+        };
+        let entries = cpus * MAX_BACKEND_SLOTS as usize;
+        let len = entries * size_of::<Counters>();
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let bytes = len.div_ceil(page) * page;
+        // SAFETY: a shared read-write mapping of a BPF array's values; the kernel refuses a
+        // length beyond them (an array sized for fewer CPUs). Nothing else aliases it here.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context(format!(
+                "mapping BACKEND_STATS ({cpus} CPUs x {MAX_BACKEND_SLOTS} slots)"
+            ));
+        }
+        Ok(SlotCounters {
+            base: base.cast(),
+            bytes,
+            cpus,
+            _map: map,
+        })
+    }
+
+    /// The block of `slot` on `cpu`.
+    fn block(&self, cpu: usize, slot: u32) -> Result<*mut Counters> {
+        if slot >= MAX_BACKEND_SLOTS || cpu >= self.cpus {
+            bail!("backend slot {slot} on CPU {cpu} is outside BACKEND_STATS");
+        }
+        // SAFETY: cpu * MAX + slot < cpus * MAX entries, all inside the mapping; the
+        // page-aligned base plus a multiple of 56 is aligned for the u64 fields.
+        Ok(unsafe {
+            self.base
+                .add(cpu * MAX_BACKEND_SLOTS as usize + slot as usize)
+        })
+    }
+
+    /// The counters of `slot`, summed over the CPUs.
+    pub(crate) fn sum(&self, slot: u32) -> Result<Counters> {
+        let mut total = Counters::default();
+        for cpu in 0..self.cpus {
+            // SAFETY: `block` checked the index; the program may be adding to the block,
+            // so the read is volatile (a torn sum is off by the packets of that moment).
+            let c = unsafe { self.block(cpu, slot)?.read_volatile() };
+            total.add(&c);
+        }
+        Ok(total)
+    }
+
+    /// Zeroes the counters of `slots` (slots given to a new backend).
+    pub(crate) fn reset(&mut self, slots: &[u32]) -> Result<()> {
+        for &slot in slots {
+            for cpu in 0..self.cpus {
+                // SAFETY: as in `sum`.
+                unsafe { self.block(cpu, slot)?.write_volatile(Counters::default()) };
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SlotCounters {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `map` made; the map keeps its contents.
+        unsafe { libc::munmap(self.base.cast(), self.bytes) };
+    }
+}
