@@ -67,11 +67,7 @@ pub fn towards_backend<H: IpHeader>(
             && hop.expires > now
             && len <= hop.max_len
         {
-            return Ok(Egress {
-                ifindex: hop.ifindex,
-                smac: hop.smac,
-                dmac: hop.dmac,
-            });
+            return Ok(Egress::of(hop));
         }
     }
     let egress = query(ctx, pkt, &pkt.saddr, dst, len)?;
@@ -80,19 +76,7 @@ pub fn towards_backend<H: IpHeader>(
         // the same address (or, just after a configuration change gave the index to another
         // address, an answer of the old generation), so a half-written entry can only mix
         // two answers for one address for a moment.
-        unsafe {
-            *hop = NextHop {
-                addr: Addr::from_words(dst),
-                ifindex: egress.ifindex,
-                smac: egress.smac,
-                dmac: egress.dmac,
-                max_len: len,
-                family: H::FAMILY,
-                pad: 0,
-                generation,
-                expires: now + NEXTHOP_TTL_JIFFIES,
-            }
-        };
+        unsafe { *hop = entry::<H>(dst, &egress, len, generation, now) };
     }
     Ok(egress)
 }
@@ -120,11 +104,7 @@ pub fn towards_client<H: IpHeader>(
             let mine = hop.addr.words() == dst && hop.family == H::FAMILY;
             let fresh = hop.generation == generation && hop.expires > now;
             if mine && fresh && len <= hop.max_len {
-                return Ok(Egress {
-                    ifindex: hop.ifindex,
-                    smac: hop.smac,
-                    dmac: hop.dmac,
-                });
+                return Ok(Egress::of(hop));
             }
             if mine || !fresh {
                 victim = pair + way;
@@ -133,7 +113,36 @@ pub fn towards_client<H: IpHeader>(
         way += 1;
     }
     let egress = query(ctx, pkt, src, dst, len)?;
-    let hop = NextHop {
+    let hop = entry::<H>(dst, &egress, len, generation, now);
+    if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
+        // Per-CPU: no other CPU reads or writes this copy.
+        unsafe { *slot = hop };
+    }
+    Ok(egress)
+}
+
+impl Egress {
+    /// Where a kept next hop sends packets.
+    #[inline(always)]
+    fn of(hop: &NextHop) -> Egress {
+        Egress {
+            ifindex: hop.ifindex,
+            smac: hop.smac,
+            dmac: hop.dmac,
+        }
+    }
+}
+
+/// The entry kept for `dst` once the FIB answered `egress` for a packet of `len` bytes.
+#[inline(always)]
+fn entry<H: IpHeader>(
+    dst: &[u32; 4],
+    egress: &Egress,
+    len: u16,
+    generation: u32,
+    now: u64,
+) -> NextHop {
+    NextHop {
         addr: Addr::from_words(dst),
         ifindex: egress.ifindex,
         smac: egress.smac,
@@ -143,12 +152,7 @@ pub fn towards_client<H: IpHeader>(
         pad: 0,
         generation,
         expires: now + NEXTHOP_TTL_JIFFIES,
-    };
-    if let Some(slot) = NEXTHOPS.get_ptr_mut(victim) {
-        // Per-CPU: no other CPU reads or writes this copy.
-        unsafe { *slot = hop };
     }
-    Ok(egress)
 }
 
 /// Asks the FIB for a packet of `len` bytes from `src` to `dst` as if it arrived on the

@@ -12,7 +12,7 @@
 //! inside the batch, which is no slower than before). Each VIP's slot still changes from one
 //! whole table to another.
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
 use aya::maps::{Array, MapData};
@@ -149,28 +149,12 @@ impl Table {
             other => other,
         }
         .context("creating the table")?;
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let bytes = (len as usize * MAPPED_STRIDE).div_ceil(page) * page;
-        // SAFETY: a shared read-write mapping of a BPF array's values; the kernel checks
-        // that `bytes` does not exceed them. Nothing else aliases the new mapping.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the table");
-        }
+        let (base, bytes) = sys::map_array(fd.as_fd(), len as usize * MAPPED_STRIDE)
+            .context("mapping the table")?;
         Ok(Table {
             fd,
             len,
-            base: base.cast(),
+            base,
             bytes,
         })
     }

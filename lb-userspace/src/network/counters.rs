@@ -6,11 +6,13 @@
 //! 100,000 slots. The array is memory-mapped here, so `lb status` sums a slot's CPUs with
 //! plain reads instead of one system call per slot.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use anyhow::{Context, Result, bail};
 use aya::maps::{Map, MapData};
 use lb_common::{Counters, MAX_BACKEND_SLOTS};
+
+use super::sys;
 
 /// A shared mapping of BACKEND_STATS.
 pub(crate) struct SlotCounters {
@@ -36,27 +38,11 @@ impl SlotCounters {
             bail!("BACKEND_STATS is not an array");
         };
         let entries = cpus * MAX_BACKEND_SLOTS as usize;
-        let len = entries * size_of::<Counters>();
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let bytes = len.div_ceil(page) * page;
-        // SAFETY: a shared read-write mapping of a BPF array's values; the kernel refuses a
-        // length beyond them (an array sized for fewer CPUs). Nothing else aliases it here.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context(format!(
-                "mapping BACKEND_STATS ({cpus} CPUs x {MAX_BACKEND_SLOTS} slots)"
-            ));
-        }
+        // An array sized for fewer CPUs is refused by the kernel here.
+        let (base, bytes) = sys::map_array(map.fd().as_fd(), entries * size_of::<Counters>())
+            .with_context(|| {
+                format!("mapping BACKEND_STATS ({cpus} CPUs x {MAX_BACKEND_SLOTS} slots)")
+            })?;
         Ok(SlotCounters {
             base: base.cast(),
             bytes,

@@ -65,6 +65,30 @@ pub(crate) struct ArraySpec<'a> {
     pub btf: Option<(BorrowedFd<'a>, u32, u32)>,
 }
 
+/// Maps the values of a memory-mappable BPF array (`fd`), at least `bytes` of them rounded
+/// up to whole pages, shared and writable: returns the page-aligned base and the length
+/// mapped (for `munmap`). The kernel refuses a length beyond the array's values.
+pub(crate) fn map_array(fd: BorrowedFd<'_>, bytes: usize) -> std::io::Result<(*mut u8, usize)> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let len = bytes.div_ceil(page) * page;
+    // SAFETY: a new shared mapping of the array's values; nothing else aliases it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((base.cast(), len))
+}
+
 /// Creates a BPF_MAP_TYPE_ARRAY (u32 keys).
 pub(crate) fn create_array(spec: &ArraySpec<'_>) -> std::io::Result<OwnedFd> {
     let mut attr = MapCreateAttr {
