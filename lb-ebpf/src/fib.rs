@@ -61,12 +61,7 @@ pub fn towards_backend<H: IpHeader>(
     let kept = HOPS.get_ptr_mut(index);
     if let Some(hop) = kept {
         let hop = unsafe { &*hop };
-        if hop.addr.words() == dst
-            && hop.family == H::FAMILY
-            && hop.generation == generation
-            && hop.expires > now
-            && len <= hop.max_len
-        {
+        if names::<H>(hop, dst) && fresh(hop, generation, now) && len <= hop.max_len {
             return Ok(Egress::of(hop));
         }
     }
@@ -101,12 +96,12 @@ pub fn towards_client<H: IpHeader>(
     let mut way = 0;
     while way < 2 {
         if let Some(hop) = NEXTHOPS.get(pair + way) {
-            let mine = hop.addr.words() == dst && hop.family == H::FAMILY;
-            let fresh = hop.generation == generation && hop.expires > now;
-            if mine && fresh && len <= hop.max_len {
+            let mine = names::<H>(hop, dst);
+            let current = fresh(hop, generation, now);
+            if mine && current && len <= hop.max_len {
                 return Ok(Egress::of(hop));
             }
-            if mine || !fresh {
+            if mine || !current {
                 victim = pair + way;
             }
         }
@@ -131,6 +126,18 @@ impl Egress {
             dmac: hop.dmac,
         }
     }
+}
+
+/// The kept next hop is for `dst` (of this family).
+#[inline(always)]
+fn names<H: IpHeader>(hop: &NextHop, dst: &[u32; 4]) -> bool {
+    hop.addr.words() == dst && hop.family == H::FAMILY
+}
+
+/// The kept next hop is of the current generation and not expired.
+#[inline(always)]
+fn fresh(hop: &NextHop, generation: u32, now: u64) -> bool {
+    hop.generation == generation && hop.expires > now
 }
 
 /// The entry kept for `dst` once the FIB answered `egress` for a packet of `len` bytes.

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use anyhow::{Result, bail};
 use lb_common::MAX_HOPS;
 
+use super::index_set::IndexSet;
 use super::state::State;
 
 /// The `HOPS` index of every backend address of one apply.
@@ -15,7 +16,7 @@ pub(crate) struct HopIds {
     by_addr: HashMap<IpAddr, u32>,
     /// Indexes taken, by this apply or by addresses of the previous one (which unchanged
     /// slots still name).
-    taken: Vec<bool>,
+    taken: IndexSet,
     next: u32,
 }
 
@@ -25,15 +26,13 @@ impl HopIds {
     pub(crate) fn new(old: &State, trusted: bool) -> HopIds {
         let mut ids = HopIds {
             by_addr: HashMap::new(),
-            taken: vec![false; MAX_HOPS as usize],
+            taken: IndexSet::new(MAX_HOPS),
             next: 0,
         };
         if trusted {
             for b in old.vips.iter().flat_map(|v| &v.backends) {
                 ids.by_addr.insert(b.address, b.hop);
-                if let Some(t) = ids.taken.get_mut(b.hop as usize) {
-                    *t = true;
-                }
+                ids.taken.insert(b.hop);
             }
         }
         ids
@@ -46,11 +45,11 @@ impl HopIds {
         if let Some(&id) = self.by_addr.get(&addr) {
             return Ok(id);
         }
-        while let Some(&taken) = self.taken.get(self.next as usize) {
+        while self.next < MAX_HOPS {
             let id = self.next;
             self.next += 1;
-            if !taken {
-                self.taken[id as usize] = true;
+            if !self.taken.contains(id) {
+                self.taken.insert(id);
                 self.by_addr.insert(addr, id);
                 return Ok(id);
             }

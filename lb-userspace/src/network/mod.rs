@@ -6,6 +6,7 @@ mod build;
 mod counters;
 mod filter;
 mod hops;
+mod index_set;
 mod loader;
 pub mod maglev;
 mod maps;

@@ -21,6 +21,7 @@ use tracing::debug;
 
 use super::filter::Filter;
 use super::hops::HopIds;
+use super::index_set::IndexSet;
 use super::loader::DataPath;
 use super::maps::Maps;
 use super::nat::NatBackends;
@@ -65,10 +66,10 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     // process (adopted) may lag behind them if it died mid-write, so its slots are
     // written again once.
     let trust_old = dp.written;
-    let mut used_slots = SlotSet::new();
+    let mut used_slots = IndexSet::new(MAX_BACKEND_SLOTS);
     // Slots that existing backends may keep: a new backend takes one of these only when
     // nothing else is free. Built once, not per allocation.
-    let mut kept = SlotSet::new();
+    let mut kept = IndexSet::new(MAX_BACKEND_SLOTS);
     for v in &old.vips {
         for b in &v.backends {
             kept.insert(b.slot);
@@ -266,7 +267,7 @@ impl<'a> Owners<'a> {
         position: usize,
         address: IpAddr,
         port: u16,
-        used: &SlotSet,
+        used: &IndexSet,
     ) -> Option<&'a SlotState> {
         let same = |s: &&SlotState| s.address == address && s.port == port;
         if let Some(s) = self.previous.get(position).filter(same)
@@ -363,27 +364,8 @@ fn assign_vip_ids(old: &State, vips: &[VipPlan]) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// A set of backend slots as one flag per slot: 100,000 lookups per apply cost nothing.
-struct SlotSet(Vec<bool>);
-
-impl SlotSet {
-    fn new() -> SlotSet {
-        SlotSet(vec![false; MAX_BACKEND_SLOTS as usize])
-    }
-
-    fn contains(&self, slot: u32) -> bool {
-        self.0.get(slot as usize).copied().unwrap_or(false)
-    }
-
-    fn insert(&mut self, slot: u32) {
-        if let Some(flag) = self.0.get_mut(slot as usize) {
-            *flag = true;
-        }
-    }
-}
-
 /// Round-robin over the slot space, so a freed slot is reused as late as possible.
-fn allocate_slot(next: &mut u32, used: &SlotSet, kept: &SlotSet) -> Result<u32> {
+fn allocate_slot(next: &mut u32, used: &IndexSet, kept: &IndexSet) -> Result<u32> {
     for pass in 0..2 {
         for _ in 0..MAX_BACKEND_SLOTS {
             let s = *next % MAX_BACKEND_SLOTS;
@@ -509,7 +491,7 @@ fn flag_reverse_entries(maps: &mut Maps, old: &State, new: &State) -> Result<()>
 }
 
 /// Removes the entries of VIPs and backend slots no longer in use.
-fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &SlotSet) -> Result<()> {
+fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &IndexSet) -> Result<()> {
     let live_exact: HashSet<VipKey> = new.vips.iter().filter_map(exact_key).collect();
     let live_ranges: HashSet<(u32, RangeData)> = new
         .vips
