@@ -514,6 +514,25 @@ struct Env {
 
 impl Env {
     async fn start(backend: SocketAddr) -> Env {
+        Env::start_with(backend, Duration::from_secs(30)).await
+    }
+
+    /// A proxy whose vService closes connections idle for `keep_alive`.
+    async fn start_with(backend: SocketAddr, keep_alive: Duration) -> Env {
+        let cfg = Env::config(backend, keep_alive);
+        let published = Arc::new(Published::default());
+        published.store(Selections::compute(&cfg, &|_| Health::Ok));
+        let PortSpec::Single(port) = cfg.vservices[0].ports else {
+            panic!("the test vService has one port");
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let proxy = Proxy::start(Arc::new(cfg), published)
+            .await
+            .expect("proxy starts");
+        Env { proxy, addr }
+    }
+
+    fn config(backend: SocketAddr, keep_alive: Duration) -> lb::config::Config {
         let port = free_port();
         let mut cfg = lb::config::parse("", "l7-http1-test.toml").expect("an empty config parses");
         cfg.health_checks = vec![HealthCheck {
@@ -554,7 +573,7 @@ impl Env {
                     client: Duration::from_secs(10),
                     server: Duration::from_secs(10),
                     queue: Duration::from_secs(2),
-                    keep_alive: Duration::from_secs(30),
+                    keep_alive,
                 },
                 queue_size: 1024,
                 retry: Default::default(),
@@ -564,15 +583,7 @@ impl Env {
                 conditional_sets: Vec::new(),
             }),
         }];
-        let published = Arc::new(Published::default());
-        published.store(Selections::compute(&cfg, &|_| Health::Ok));
-        let proxy = Proxy::start(Arc::new(cfg), published)
-            .await
-            .expect("proxy starts");
-        Env {
-            proxy,
-            addr: ([127, 0, 0, 1], port).into(),
-        }
+        cfg
     }
 
     /// Bytes the vService's pool counted from backend "a" to clients.
@@ -727,6 +738,69 @@ async fn http_1_0_request_without_keep_alive_gets_a_whole_response_then_close() 
         "no chunked to 1.0: {r:?}"
     );
     assert_eq!(c.idle(Duration::from_secs(2)).await, Idle::Closed);
+}
+
+/// issue 22: a keep-alive connection idle long enough to be parked (no task of its own
+/// while it waits) serves its next requests as before, pipelined ones included, and is
+/// still closed at its keep-alive timeout counted from its last answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_idle_connection_serves_its_next_requests_and_closes_at_its_keep_alive_timeout() {
+    let b = raw_backend(None, |seen| ok(seen.target.as_bytes())).await;
+    let keep_alive = Duration::from_millis(1500);
+    let env = Env::start_with(b.addr, keep_alive).await;
+    let mut c = connect(env.addr).await;
+    let r = exchange(&mut c, &get_req("/one"), "GET").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "/one"));
+    // Idle well past the moment an idle connection is parked (100 ms).
+    assert_eq!(c.idle(Duration::from_millis(600)).await, Idle::Quiet);
+    let r = exchange(&mut c, &get_req("/two"), "GET").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "/two"));
+    assert_eq!(c.idle(Duration::from_millis(600)).await, Idle::Quiet);
+    let mut both = get_req("/three");
+    both.extend_from_slice(&get_req("/four"));
+    c.send(&both).await;
+    let third = read_response(&mut c, "GET").await.expect("third");
+    let fourth = read_response(&mut c, "GET").await.expect("fourth");
+    assert_eq!((third.status, third.text().as_str()), (200, "/three"));
+    assert_eq!((fourth.status, fourth.text().as_str()), (200, "/four"));
+    let answered = std::time::Instant::now();
+    assert_eq!(
+        c.idle(keep_alive - Duration::from_millis(300)).await,
+        Idle::Quiet,
+        "closed before its keep-alive timeout"
+    );
+    assert_eq!(
+        c.idle(Duration::from_secs(3)).await,
+        Idle::Closed,
+        "left open past its keep-alive timeout"
+    );
+    let waited = answered.elapsed();
+    assert!(
+        waited < keep_alive + Duration::from_millis(700),
+        "closed {waited:?} after its last answer (keep-alive timeout {keep_alive:?})"
+    );
+    assert_eq!(b.seen().len(), 4);
+}
+
+/// issue 22: when its vService goes away, a parked idle connection is closed within the
+/// short grace a waiting one gets, not left open until its keep-alive timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_idle_connection_closes_when_its_vservice_is_removed() {
+    let b = raw_backend(None, |seen| ok(seen.target.as_bytes())).await;
+    let env = Env::start_with(b.addr, Duration::from_secs(30)).await;
+    let mut c = connect(env.addr).await;
+    let r = exchange(&mut c, &get_req("/one"), "GET").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(c.idle(Duration::from_millis(600)).await, Idle::Quiet);
+    let empty = lb::config::parse("", "l7-http1-test.toml").expect("an empty config parses");
+    env.proxy.update(Arc::new(empty)).await.expect("update");
+    let removed = std::time::Instant::now();
+    assert_eq!(c.idle(Duration::from_secs(5)).await, Idle::Closed);
+    let waited = removed.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "closed {waited:?} after its vService was removed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

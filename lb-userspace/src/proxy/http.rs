@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::activity::{Activity, Tracked};
 use super::forward;
-use super::listener::Closing;
+use super::listener::{Closing, Ticket};
 use super::runtime::VsRuntime;
 use crate::config::Timeouts;
 
@@ -37,7 +37,7 @@ pub(crate) async fn serve_tls(
     acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
-    closing: Arc<Closing>,
+    closing: Ticket,
 ) {
     let timeouts = rt.settings.load().l7.timeouts;
     let tls = match tokio::time::timeout(timeouts.client, acceptor.accept(stream)).await {
@@ -54,12 +54,8 @@ pub(crate) async fn serve_tls(
 
 /// Serves HTTP/2 with prior knowledge (h2c) on a plain connection until it closes; the
 /// HTTP/1.1 path hands over the connections that start with the preface.
-pub(crate) async fn serve_h2c<I>(
-    rt: Arc<VsRuntime>,
-    stream: I,
-    peer: SocketAddr,
-    closing: Arc<Closing>,
-) where
+pub(crate) async fn serve_h2c<I>(rt: Arc<VsRuntime>, stream: I, peer: SocketAddr, closing: Ticket)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let timeouts = rt.settings.load().l7.timeouts;
@@ -95,7 +91,7 @@ async fn run<I>(
     io: I,
     peer: SocketAddr,
     tls: bool,
-    closing: Arc<Closing>,
+    closing: Ticket,
     timeouts: Timeouts,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,

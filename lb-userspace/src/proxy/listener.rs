@@ -2,10 +2,13 @@
 //!
 //! A listener runs until it is told to close: it then stops accepting, asks HTTP connections
 //! to finish their in-flight requests and close, lets L7 TCP connections run until they end on
-//! their own (S-MT1), and ends when the last connection has. Aborting the task cuts them all.
+//! their own (S-MT1), and ends when the last connection has: each connection, in a task or
+//! parked while idle, holds a [`Ticket`] of its listener. Connections are cut when their
+//! worker stops.
 
+use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use std::net::SocketAddr;
@@ -14,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use super::runtime::VsRuntime;
 use super::workers::Workers;
@@ -32,14 +35,74 @@ enum Phase {
 /// Tells the connections of one listener on one worker that the listener is closing: HTTP
 /// connections then close after their in-flight requests. A flag and a wakeup rather than a
 /// channel: every idle keep-alive connection waits on it, and the smaller the wait, the
-/// less an idle connection costs (issue 22).
-#[derive(Default)]
+/// less an idle connection costs (issue 22). It also counts the listener's open connections
+/// on that worker, so that a closing listener knows when the last one has ended.
 pub(crate) struct Closing {
     closed: AtomicBool,
     notify: Notify,
+    /// Tickets held: connections open, in a task or parked.
+    open: AtomicUsize,
+    /// Notified when the last ticket is dropped.
+    ended: Notify,
+    /// Wakes the worker's parked connections, which wait on no [`Notify`] of their own.
+    parked: Arc<Notify>,
+}
+
+/// One open connection of a listener on one worker: dropped when the connection ends.
+pub(crate) struct Ticket(Arc<Closing>);
+
+impl Deref for Ticket {
+    type Target = Closing;
+
+    fn deref(&self) -> &Closing {
+        &self.0
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.ended.notify_waiters();
+        }
+    }
 }
 
 impl Closing {
+    fn new(parked: Arc<Notify>) -> Closing {
+        Closing {
+            closed: AtomicBool::new(false),
+            notify: Notify::new(),
+            open: AtomicUsize::new(0),
+            ended: Notify::new(),
+            parked,
+        }
+    }
+
+    /// A new connection's ticket.
+    fn ticket(self: &Arc<Self>) -> Ticket {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Ticket(self.clone())
+    }
+
+    /// Connections open now.
+    fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Returns once no connection is open.
+    async fn all_ended(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the count is read: a last drop between the two still wakes it.
+            ended.as_mut().enable();
+            if self.open() == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+
     /// The listener is closing.
     pub(crate) fn now(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -66,6 +129,7 @@ impl Closing {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.notify.notify_waiters();
+        self.parked.notify_one();
     }
 }
 
@@ -92,7 +156,7 @@ impl Listener {
     ) -> Listener {
         let (phase, rx) = watch::channel(Phase::Running);
         let worker_closing: Vec<Arc<Closing>> = (0..workers.count())
-            .map(|_| Arc::new(Closing::default()))
+            .map(|i| Arc::new(Closing::new(workers.park_signal(i))))
             .collect();
         let task = tokio::spawn(accept_loop(
             rt.clone(),
@@ -110,7 +174,8 @@ impl Listener {
         }
     }
 
-    /// Stops accepting; returns the task, which ends when the last connection has.
+    /// Stops accepting; returns the task, which ends when the last connection has (aborting
+    /// it stops the wait, not the connections).
     pub(crate) fn close(self) -> JoinHandle<()> {
         self.phase.send_replace(Phase::Closing);
         for closing in &self.worker_closing {
@@ -127,13 +192,12 @@ async fn accept_loop(
     workers: Arc<Workers>,
     worker_closing: Vec<Arc<Closing>>,
 ) {
-    let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = socket.accept() => match accepted.and_then(|(s, peer)| Ok((s.into_std()?, peer))) {
                 Ok((stream, peer)) => {
                     let (i, worker) = workers.pick();
-                    spawn(&mut conns, &rt, stream, peer, worker, &worker_closing[i]);
+                    spawn(&rt, stream, peer, worker, worker_closing[i].ticket());
                 }
                 Err(error) => {
                     // Typically out of file descriptors: back off instead of spinning.
@@ -141,13 +205,15 @@ async fn accept_loop(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             () = stopped(&mut phase) => break,
         }
     }
     drop(socket);
-    tracing::info!(vservice = %rt.name, open = conns.len(), "listener closed; open connections finish");
-    while conns.join_next().await.is_some() {}
+    let open: usize = worker_closing.iter().map(|c| c.open()).sum();
+    tracing::info!(vservice = %rt.name, open, "listener closed; open connections finish");
+    for closing in &worker_closing {
+        closing.all_ended().await;
+    }
 }
 
 /// Serves one accepted connection on `worker`: the socket joins that worker's reactor, so
@@ -155,12 +221,11 @@ async fn accept_loop(
 /// kind from its start (L7 TCP, TLS, plain HTTP), with no layer between: an idle keep-alive
 /// connection's task holds only what its path needs (issue 22).
 fn spawn(
-    conns: &mut JoinSet<()>,
     rt: &Arc<VsRuntime>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     worker: &Handle,
-    closing: &Arc<Closing>,
+    ticket: Ticket,
 ) {
     let stream = {
         let _on_worker = worker.enter();
@@ -173,19 +238,18 @@ fn spawn(
     };
     let rt = rt.clone();
     if rt.kind == VServiceKind::L7Tcp {
-        conns.spawn_on(super::tcp::serve(rt, stream, peer), worker);
+        worker.spawn(async move {
+            let _open = ticket;
+            super::tcp::serve(rt, stream, peer).await;
+        });
         return;
     }
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "set_nodelay failed");
     }
-    let closing = closing.clone();
     match rt.settings.load().tls.clone() {
-        Some(tls) => conns.spawn_on(
-            super::http::serve_tls(rt, tls, stream, peer, closing),
-            worker,
-        ),
-        None => conns.spawn_on(super::h1::serve(rt, stream, peer, closing), worker),
+        Some(tls) => worker.spawn(super::http::serve_tls(rt, tls, stream, peer, ticket)),
+        None => worker.spawn(super::h1::serve(rt, stream, peer, ticket)),
     };
 }
 

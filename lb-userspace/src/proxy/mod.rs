@@ -19,7 +19,6 @@ mod responses;
 mod retry;
 mod runtime;
 pub use runtime::VsCounts;
-mod sched;
 mod settings;
 mod tcp;
 mod tls;

@@ -20,10 +20,17 @@ const FINISH_LIMIT: Duration = Duration::from_secs(1);
 /// socket's readiness) and read without waiting once woken: that is what lets ten thousand
 /// idle keep-alive connections hold no buffers.
 pub(crate) trait ClientStream:
-    AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static
+    AsyncRead + AsyncWrite + Unpin + Send + Sync + Sized + 'static
 {
     /// The connection is TLS: the backend is told `X-Forwarded-Proto: https`.
     const TLS: bool;
+
+    /// Idle connections of this kind are parked without a task (plain ones: a TLS
+    /// session's state stays with its task).
+    const PARKS: bool;
+
+    /// Takes the socket off this worker's reactor, to park the connection.
+    fn detach(self) -> Detach<Self>;
 
     /// Ready once the socket under the connection has bytes, or closed or failed.
     fn poll_socket_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
@@ -41,8 +48,26 @@ pub(crate) trait ClientStream:
     fn finish(&mut self) -> impl Future<Output = ()> + Send + '_;
 }
 
+/// What taking a connection's socket off the reactor gave.
+pub(crate) enum Detach<C> {
+    /// The socket, off the reactor.
+    Off(std::net::TcpStream),
+    /// This kind of connection is not parked: it is given back as it was.
+    Kept(C),
+    /// The socket could not be taken off; the connection is gone.
+    Failed(io::Error),
+}
+
 impl ClientStream for TcpStream {
     const TLS: bool = false;
+    const PARKS: bool = true;
+
+    fn detach(self) -> Detach<Self> {
+        match self.into_std() {
+            Ok(socket) => Detach::Off(socket),
+            Err(error) => Detach::Failed(error),
+        }
+    }
 
     fn poll_socket_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_read_ready(cx)
@@ -64,6 +89,11 @@ impl ClientStream for TcpStream {
 
 impl ClientStream for TlsStream<TcpStream> {
     const TLS: bool = true;
+    const PARKS: bool = false;
+
+    fn detach(self) -> Detach<Self> {
+        Detach::Kept(self)
+    }
 
     fn poll_socket_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.get_ref().0.poll_read_ready(cx)

@@ -15,6 +15,7 @@ mod fuzz;
 mod head;
 pub(crate) mod idle;
 mod io;
+mod parked;
 mod rewrite;
 
 use std::fmt::Write as _;
@@ -31,13 +32,14 @@ use tokio::time::{Instant, sleep_until};
 use super::balance::{Lease, LiveError};
 use super::headers;
 use super::http::serve_h2c;
-use super::listener::Closing;
+use super::listener::Ticket;
 use super::responses::Local;
 use super::retry::{self, Failure, Tries};
 use super::runtime::VsRuntime;
 use super::settings::VsSettings;
 use super::tcp::tunnel;
 use super::upstream::connect_backend;
+use super::workers::PARK_AFTER;
 use crate::config::{HeaderLimits, Persistence, Timeouts};
 use buffers::Buffers;
 use client::ClientStream;
@@ -58,7 +60,7 @@ struct Line<C> {
     client: C,
     peer: SocketAddr,
     /// Set when the listener closes.
-    closing: Arc<Closing>,
+    closing: Ticket,
 }
 
 /// A connection with requests under way, and the buffers it holds meanwhile.
@@ -66,7 +68,7 @@ struct Conn<C> {
     rt: Arc<VsRuntime>,
     client: C,
     peer: SocketAddr,
-    closing: Arc<Closing>,
+    closing: Ticket,
     /// Lent by this thread's pool until the connection waits again.
     b: Box<Buffers>,
 }
@@ -104,23 +106,38 @@ pub(crate) fn serve<C: ClientStream>(
     rt: Arc<VsRuntime>,
     client: C,
     peer: SocketAddr,
-    closing: Arc<Closing>,
+    closing: Ticket,
 ) -> impl Future<Output = ()> + Send {
     // A plain function: the connection is the future's only captured state, not a copy
     // of its parts beside it.
-    serve_line(Line {
-        rt,
-        client,
-        peer,
-        closing,
-    })
+    serve_line(
+        Line {
+            rt,
+            client,
+            peer,
+            closing,
+        },
+        Start::New,
+    )
 }
 
-async fn serve_line<C: ClientStream>(mut line: Line<C>) {
+/// Where a connection's task starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// A new connection: its protocol is told by its first bytes, and its first request is
+    /// due within the client timeout.
+    New,
+    /// A parked connection, woken: it waits for its next request until `deadline`, the
+    /// keep-alive timeout it had when it was parked. `park_again`: see
+    /// [`super::workers::Parked::resume`].
+    Resumed { deadline: Instant, park_again: bool },
+}
+
+async fn serve_line<C: ClientStream>(mut line: Line<C>, start: Start) {
     let settings_of = line.rt.clone();
     let mut settings = SettingsCache::new(&settings_of.settings);
-    // Over TLS, ALPN told the protocol already.
-    if !C::TLS {
+    // Over TLS, ALPN told the protocol already; a resumed connection spoke HTTP/1.x.
+    if !C::TLS && matches!(start, Start::New) {
         // Boxed: waiting for the first bytes takes more room than waiting between requests.
         let client_timeout = settings.load().l7.timeouts.client;
         match Box::pin(line.client.sniff_h2(client_timeout)).await {
@@ -137,15 +154,32 @@ async fn serve_line<C: ClientStream>(mut line: Line<C>) {
             None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
         }
     }
-    let mut first = true;
+    let (mut first, mut kept_deadline, mut park) = match start {
+        Start::New => (true, None, C::PARKS),
+        Start::Resumed {
+            deadline,
+            park_again,
+        } => (false, Some(deadline), park_again),
+    };
     loop {
-        let started = Instant::now();
-        let deadline = {
+        let deadline = kept_deadline.take().unwrap_or_else(|| {
             let t = &settings.load().l7.timeouts;
-            started + if first { t.client } else { t.keep_alive }
-        };
-        let Some(b) = line.wait_request(deadline, first).await else {
-            return;
+            Instant::now() + if first { t.client } else { t.keep_alive }
+        });
+        // A keep-alive connection idle a while is parked without its task.
+        let park_at = (park && !first).then(|| Instant::now() + PARK_AFTER);
+        let b = match line.wait_request(deadline, first, park_at).await {
+            Waited::Request(b) => b,
+            Waited::End => return,
+            Waited::Idle => match parked::park(line, deadline) {
+                None => return,
+                Some(back) => {
+                    line = back;
+                    park = false;
+                    kept_deadline = Some(deadline);
+                    continue;
+                }
+            },
         };
         // The first byte of a request: the whole head within the client timeout (from the
         // connection's start for its first request).
@@ -166,6 +200,16 @@ async fn serve_line<C: ClientStream>(mut line: Line<C>) {
     }
 }
 
+/// How a wait for a request ended.
+enum Waited {
+    /// The first bytes of a request, in buffers from this thread's pool.
+    Request(Box<Buffers>),
+    /// No request by the time to park the connection.
+    Idle,
+    /// The connection should end.
+    End,
+}
+
 /// What woke a connection waiting for a request.
 enum Woke {
     /// The client sent something, or closed, or its socket failed: a read tells which.
@@ -176,16 +220,23 @@ enum Woke {
 
 impl<C: ClientStream> Line<C> {
     /// Waits, holding no buffer, until the client sends the first bytes of a request, and
-    /// reads them into buffers from this thread's pool. None when the connection should
-    /// end: the client closed, or stayed silent past `deadline` (the keep-alive timeout, or
-    /// the client timeout for a new connection's first request), or the listener is closing
-    /// and no request came within a short grace.
+    /// reads them into buffers from this thread's pool. [`Waited::End`] when the
+    /// connection should end: the client closed, or stayed silent past `deadline` (the
+    /// keep-alive timeout, or the client timeout for a new connection's first request), or
+    /// the listener is closing and no request came within a short grace. [`Waited::Idle`]
+    /// at `park_at`, when that comes first and the listener is not closing.
     ///
     /// Written with the socket's, the timer's and the closing signal's own poll functions,
     /// not futures wrapping them: this is the state an idle connection spends its life in,
     /// and its size is most of what an idle connection costs.
-    async fn wait_request(&mut self, deadline: Instant, first: bool) -> Option<Box<Buffers>> {
-        let sleep = sleep_until(deadline);
+    async fn wait_request(
+        &mut self,
+        deadline: Instant,
+        first: bool,
+        park_at: Option<Instant>,
+    ) -> Waited {
+        let mut parking = park_at.is_some_and(|at| at < deadline);
+        let sleep = sleep_until(park_at.map_or(deadline, |at| at.min(deadline)));
         tokio::pin!(sleep);
         let closing = self.closing.notified();
         tokio::pin!(closing);
@@ -196,12 +247,12 @@ impl<C: ClientStream> Line<C> {
             let mut b = buffers::take();
             b.cbuf.reserve(HEAD_READ);
             match self.client.read_now(&mut b.cbuf) {
-                Ok(n) if n > 0 => return Some(b),
+                Ok(n) if n > 0 => return Waited::Request(b),
                 // Nothing yet: wait, the buffers back in the pool.
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buffers::give_back(b),
                 _ => {
                     buffers::give_back(b);
-                    return None;
+                    return Waited::End;
                 }
             }
             let woke = std::future::poll_fn(|cx| {
@@ -215,20 +266,23 @@ impl<C: ClientStream> Line<C> {
                     // closes the connection) rather than cut by a close the client cannot
                     // tell from a failure.
                     closing_seen = true;
-                    let grace = Instant::now() + CLOSING_GRACE;
-                    if grace < sleep.deadline() {
-                        sleep.as_mut().reset(grace);
-                    }
+                    parking = false;
+                    sleep
+                        .as_mut()
+                        .reset((Instant::now() + CLOSING_GRACE).min(deadline));
                 }
                 sleep.as_mut().poll(cx).map(|()| Woke::TimedOut)
             })
             .await;
             if let Woke::TimedOut = woke {
+                if parking {
+                    return Waited::Idle;
+                }
                 if first && !closing_seen {
                     tracing::debug!(vservice = %self.rt.name, peer = %self.peer,
                         "request head not received within the client timeout");
                 }
-                return None;
+                return Waited::End;
             }
         }
     }

@@ -1,20 +1,26 @@
 //! The proxy's worker threads: one single-threaded runtime per worker, each with its own
-//! reactor, timers and idle backend connections (HAProxy's and nginx's model).
+//! reactor, timers, idle backend connections and parked idle client connections (`park`)
+//! (HAProxy's and nginx's model).
 //!
 //! A client connection is handed to one worker at accept time and stays there with every
 //! backend connection it uses, so serving a request never wakes another thread and never
 //! takes a lock shared with another worker's requests. The listeners stay on the daemon's
 //! runtime (a reload swaps them without touching the workers).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::h1::idle;
-use super::sched;
+
+mod park;
+mod sched;
+
+pub(crate) use park::{PARK_AFTER, Parked, available as parks, park};
 
 /// How often each worker closes its expired idle backend connections.
 const SWEEP: Duration = Duration::from_secs(1);
@@ -22,6 +28,8 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// The running worker threads; they stop when this is dropped (their connections are cut).
 pub(crate) struct Workers {
     handles: Vec<Handle>,
+    /// Per worker: wakes its parked connections when a listener closes.
+    park_signals: Vec<Arc<Notify>>,
     next: AtomicUsize,
     /// Dropping these tells each worker to stop.
     _stop: Vec<oneshot::Sender<()>>,
@@ -32,6 +40,7 @@ impl Workers {
     /// kernel's default).
     pub(crate) fn start(count: usize, slice: Option<Duration>) -> anyhow::Result<Workers> {
         let mut handles = Vec::new();
+        let mut park_signals = Vec::new();
         let mut stops = Vec::new();
         for i in 0..count.max(1) {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -39,6 +48,8 @@ impl Workers {
                 .build()
                 .context("starting a proxy worker runtime")?;
             handles.push(rt.handle().clone());
+            let park_signal = Arc::new(Notify::new());
+            park_signals.push(park_signal.clone());
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
             std::thread::Builder::new()
@@ -66,6 +77,7 @@ impl Workers {
                         tokio::select! {
                             _ = stopped => {}
                             () = sweep => {}
+                            () = park::run(park_signal) => {}
                         }
                     });
                 })
@@ -73,6 +85,7 @@ impl Workers {
         }
         Ok(Workers {
             handles,
+            park_signals,
             next: AtomicUsize::new(0),
             _stop: stops,
         })
@@ -82,6 +95,11 @@ impl Workers {
     pub(crate) fn pick(&self) -> (usize, &Handle) {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
         (i, &self.handles[i])
+    }
+
+    /// What wakes worker `i`'s parked connections (a listener closing).
+    pub(crate) fn park_signal(&self, i: usize) -> Arc<Notify> {
+        self.park_signals[i].clone()
     }
 
     /// How many workers run.

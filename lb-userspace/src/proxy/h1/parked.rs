@@ -1,0 +1,107 @@
+//! A plain HTTP/1.x connection parked while idle (issue 22): the socket off the reactor and
+//! what its task needs to go on, with no task, timer or wakeup of its own.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::client::{ClientStream, Detach};
+use super::{Line, Start, serve_line};
+use crate::proxy::listener::Ticket;
+use crate::proxy::runtime::VsRuntime;
+use crate::proxy::workers::{self, Parked};
+
+/// An idle connection between two requests, parked.
+struct ParkedLine {
+    socket: std::net::TcpStream,
+    rt: Arc<VsRuntime>,
+    peer: SocketAddr,
+    closing: Ticket,
+    /// Its keep-alive deadline, kept when it is woken.
+    deadline: Instant,
+}
+
+/// Parks the idle `line` until its next request, its client's close or `deadline`. None
+/// when the connection was parked (or lost on the way: its socket could not be taken off
+/// the reactor); the line back when it cannot be parked (this kind of connection, or a
+/// thread without parking), to wait in its task.
+pub(super) fn park<C: ClientStream>(line: Line<C>, deadline: Instant) -> Option<Line<C>> {
+    if !workers::parks() {
+        return Some(line);
+    }
+    let Line {
+        rt,
+        client,
+        peer,
+        closing,
+    } = line;
+    let socket = match client.detach() {
+        Detach::Off(socket) => socket,
+        Detach::Kept(client) => {
+            return Some(Line {
+                rt,
+                client,
+                peer,
+                closing,
+            });
+        }
+        Detach::Failed(error) => {
+            tracing::debug!(%peer, %error, "an idle connection lost while being parked");
+            return None;
+        }
+    };
+    let parked = Box::new(ParkedLine {
+        socket,
+        rt,
+        peer,
+        closing,
+        deadline,
+    });
+    if let Err(parked) = workers::park(parked, deadline) {
+        // Back to a task of its own, which does not try again.
+        parked.resume(false);
+    }
+    None
+}
+
+impl Parked for ParkedLine {
+    fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.now()
+    }
+
+    fn resume(self: Box<Self>, park_again: bool) {
+        let ParkedLine {
+            socket,
+            rt,
+            peer,
+            closing,
+            deadline,
+        } = *self;
+        let client = match TcpStream::from_std(socket) {
+            Ok(client) => client,
+            Err(error) => {
+                return tracing::debug!(%peer, %error, "a parked connection lost when woken");
+            }
+        };
+        let line = Line {
+            rt,
+            client,
+            peer,
+            closing,
+        };
+        tokio::spawn(serve_line(
+            line,
+            Start::Resumed {
+                deadline,
+                park_again,
+            },
+        ));
+    }
+}
