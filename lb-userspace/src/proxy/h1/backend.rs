@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -20,6 +20,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::buffers::{self, Buffers};
 use super::chunked::Chunked;
 use super::head::{Framing, Head, Parsed};
 use super::idle;
@@ -62,6 +63,19 @@ impl Exchange<'_> {
     /// reused connection found closed is replaced once by a new one: the request has no body
     /// and is sent again whole, as the HTTP/1.1 path does.
     pub(crate) async fn send(&self, head: &[u8]) -> Result<Response<BackendBody>, ExchangeError> {
+        // The answer is read into this worker's pooled buffers, as on the HTTP/1.1 path: no
+        // 16 KiB buffer and head index allocated and freed per request.
+        let mut b = buffers::take();
+        let answered = self.answer(head, &mut b).await;
+        buffers::give_back(b);
+        answered
+    }
+
+    async fn answer(
+        &self,
+        head: &[u8],
+        b: &mut Buffers,
+    ) -> Result<Response<BackendBody>, ExchangeError> {
         let addr = self.lease.addr();
         let mut pooled = idle::take(addr);
         loop {
@@ -72,14 +86,20 @@ impl Exchange<'_> {
                     .await
                     .map_err(|_| ExchangeError::Failed(Failure::Connect))?,
             };
-            let mut buf = BytesMut::with_capacity(READ_SIZE);
+            b.ubuf.clear();
             let answered = if send(&mut up, head, self.server).await {
-                self.read_head(&mut up, &mut buf).await
+                self.read_head(&mut up, &mut b.ubuf, &mut b.resp).await
             } else {
                 Err(ReadError::Closed)
             };
             match answered {
-                Ok(Some((resp, raw))) => return self.response(&resp, &raw, up, buf),
+                Ok(Some(n)) => {
+                    // The head's bytes and what came of the body after it leave the pooled
+                    // buffer in allocations of their own size.
+                    let raw = Bytes::copy_from_slice(&b.ubuf[..n]);
+                    let rest = BytesMut::from(&b.ubuf[n..]);
+                    return self.response(&b.resp, &raw, up, rest);
+                }
                 Ok(None) => return Err(ExchangeError::BadAnswer),
                 Err(ReadError::Closed | ReadError::Io(_)) if reused => {
                     self.lease.count_retry(false);
@@ -93,25 +113,26 @@ impl Exchange<'_> {
         }
     }
 
-    /// Reads and parses the answer's head (interim 1xx answers skipped), within the server
-    /// timeout: the head and its bytes; None when it is not a valid response head.
+    /// Reads and parses the answer's head into `resp` (interim 1xx answers skipped), within
+    /// the server timeout: the head's length at the start of `buf`; None when it is not a
+    /// valid response head.
     async fn read_head(
         &self,
         up: &mut TcpStream,
         buf: &mut BytesMut,
-    ) -> Result<Option<(Head, Bytes)>, ReadError> {
+        resp: &mut Head,
+    ) -> Result<Option<usize>, ReadError> {
         let deadline = Instant::now() + self.server;
-        let mut resp = Head::default();
         loop {
             if !buf.is_empty() {
                 match resp.parse_response(buf, self.head_request) {
                     Ok(Parsed::Complete(n)) => {
-                        let raw = buf.split_to(n).freeze();
                         // 101 cannot be asked for over HTTP/2 (no Upgrade goes out).
                         if (100..200).contains(&resp.status) {
+                            buf.advance(n);
                             continue;
                         }
-                        return Ok(Some((resp, raw)));
+                        return Ok(Some(n));
                     }
                     Ok(Parsed::Partial) => {}
                     Err(_) => return Ok(None),
