@@ -63,6 +63,38 @@ struct Line<C> {
     closing: Ticket,
 }
 
+impl<C> Line<C> {
+    /// The connection's stream, and the rest of it to go on over another one (the same
+    /// socket taken off or put back on the reactor, or handed to HTTP/2).
+    fn split(self) -> (C, Line<()>) {
+        let Line {
+            rt,
+            client,
+            peer,
+            closing,
+        } = self;
+        let rest = Line {
+            rt,
+            client: (),
+            peer,
+            closing,
+        };
+        (client, rest)
+    }
+}
+
+impl Line<()> {
+    /// The connection over `client`.
+    fn join<C>(self, client: C) -> Line<C> {
+        Line {
+            rt: self.rt,
+            client,
+            peer: self.peer,
+            closing: self.closing,
+        }
+    }
+}
+
 /// A connection with requests under way, and the buffers it holds meanwhile.
 struct Conn<C> {
     rt: Arc<VsRuntime>,
@@ -143,13 +175,8 @@ async fn serve_line<C: ClientStream>(mut line: Line<C>, start: Start) {
         match Box::pin(line.client.sniff_h2(client_timeout)).await {
             Some(false) => {}
             Some(true) => {
-                let Line {
-                    rt,
-                    client,
-                    peer,
-                    closing,
-                } = line;
-                return Box::pin(serve_h2c(rt, client, peer, closing)).await;
+                let (client, rest) = line.split();
+                return Box::pin(serve_h2c(rest.rt, client, rest.peer, rest.closing)).await;
             }
             None => return tracing::debug!(peer = %line.peer, "client sent nothing in time"),
         }

@@ -1,25 +1,18 @@
 //! A plain HTTP/1.x connection parked while idle (issue 22): the socket off the reactor and
 //! what its task needs to go on, with no task, timer or wakeup of its own.
 
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::client::{ClientStream, Detach};
 use super::{Line, Start, serve_line};
-use crate::proxy::listener::Ticket;
-use crate::proxy::runtime::VsRuntime;
 use crate::proxy::workers::{self, Parked};
 
-/// An idle connection between two requests, parked.
+/// An idle connection between two requests, parked: its socket off the reactor.
 struct ParkedLine {
-    socket: std::net::TcpStream,
-    rt: Arc<VsRuntime>,
-    peer: SocketAddr,
-    closing: Ticket,
+    line: Line<std::net::TcpStream>,
     /// Its keep-alive deadline, kept when it is woken.
     deadline: Instant,
 }
@@ -32,32 +25,17 @@ pub(super) fn park<C: ClientStream>(line: Line<C>, deadline: Instant) -> Option<
     if !workers::parks() {
         return Some(line);
     }
-    let Line {
-        rt,
-        client,
-        peer,
-        closing,
-    } = line;
+    let (client, rest) = line.split();
     let socket = match client.detach() {
         Detach::Off(socket) => socket,
-        Detach::Kept(client) => {
-            return Some(Line {
-                rt,
-                client,
-                peer,
-                closing,
-            });
-        }
+        Detach::Kept(client) => return Some(rest.join(client)),
         Detach::Failed(error) => {
-            tracing::debug!(%peer, %error, "an idle connection lost while being parked");
+            tracing::debug!(peer = %rest.peer, %error, "an idle connection lost while being parked");
             return None;
         }
     };
     let parked = Box::new(ParkedLine {
-        socket,
-        rt,
-        peer,
-        closing,
+        line: rest.join(socket),
         deadline,
     });
     if let Err(parked) = workers::park(parked, deadline) {
@@ -69,35 +47,24 @@ pub(super) fn park<C: ClientStream>(line: Line<C>, deadline: Instant) -> Option<
 
 impl Parked for ParkedLine {
     fn fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
+        self.line.client.as_raw_fd()
     }
 
     fn closing(&self) -> bool {
-        self.closing.now()
+        self.line.closing.now()
     }
 
     fn resume(self: Box<Self>, park_again: bool) {
-        let ParkedLine {
-            socket,
-            rt,
-            peer,
-            closing,
-            deadline,
-        } = *self;
+        let ParkedLine { line, deadline } = *self;
+        let (socket, rest) = line.split();
         let client = match TcpStream::from_std(socket) {
             Ok(client) => client,
             Err(error) => {
-                return tracing::debug!(%peer, %error, "a parked connection lost when woken");
+                return tracing::debug!(peer = %rest.peer, %error, "a parked connection lost when woken");
             }
         };
-        let line = Line {
-            rt,
-            client,
-            peer,
-            closing,
-        };
         tokio::spawn(serve_line(
-            line,
+            rest.join(client),
             Start::Resumed {
                 deadline,
                 park_again,
