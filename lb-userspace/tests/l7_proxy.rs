@@ -1634,6 +1634,74 @@ async fn h2c_prior_knowledge_request_works() {
 
 /// S-RT1 over HTTP/2: a request without a body whose connect
 /// failed goes to another server; one with a body streams into its first try and gets 502.
+/// A backend that answers every request head it reads with `200 OK` and no body, on one
+/// keep-alive connection after another.
+async fn empty_ok_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                for _ in 0..1000 {
+                    let Ok(n) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// issue 22: an HTTP/2 CONNECT answered 2xx makes hyper hand a tunnel to the connection's
+/// executor while the stream is being run; the connection (its streams run in its own task)
+/// keeps serving the requests that follow on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_connect_answered_2xx_leaves_the_connection_serving() {
+    let backend = empty_ok_backend().await;
+    let env = Env::start(config(
+        vec![service("a", backend)],
+        vec![],
+        vec![vservice("web", VServiceKind::Http, &["a"])],
+    ))
+    .await;
+    let tcp = TcpStream::connect(env.addr("web")).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    let connect = Request::connect("tunnel.test:443")
+        .body(Empty::<Bytes>::new())
+        .expect("req");
+    let answered = tokio::time::timeout(Duration::from_secs(5), sender.send_request(connect))
+        .await
+        .expect("CONNECT answered within 5 s");
+    // Whatever the answer (the tunnel itself is not proxied), the connection goes on.
+    drop(answered);
+    let after = Request::get(format!("http://{}/after", env.addr("web")))
+        .body(Empty::<Bytes>::new())
+        .expect("req");
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(after))
+        .await
+        .expect("a request after the CONNECT answered within 5 s")
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_rt1_an_h2_request_without_a_body_is_retried_after_a_failed_connect() {
     let a = http_backend("a").await;

@@ -69,6 +69,8 @@ struct Parking {
     /// the worker's reactor.
     epoll: AsyncFd<mio::Poll>,
     events: Events,
+    /// The tokens of one batch of events (kept for its room).
+    ready: Vec<usize>,
     parked: Slab<Entry>,
     /// Keep-alive deadlines, each naming its slab index.
     timers: DelayQueue<usize>,
@@ -129,6 +131,7 @@ impl Parking {
         Ok(Parking {
             epoll,
             events: Events::with_capacity(BATCH),
+            ready: Vec::with_capacity(BATCH),
             parked: Slab::new(),
             timers: DelayQueue::new(),
             woken: Vec::new(),
@@ -177,7 +180,7 @@ impl Parking {
     /// keep-alive timeout; ready when it did either.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut progress = false;
-        let mut ready = Vec::new();
+        let mut ready = std::mem::take(&mut self.ready);
         while let Poll::Ready(guard) = self.epoll.poll_read_ready_mut(cx) {
             let mut guard = match guard {
                 Ok(guard) => guard,
@@ -212,6 +215,7 @@ impl Parking {
                 break;
             }
         }
+        self.ready = ready;
         while let Poll::Ready(Some(expired)) = self.timers.poll_expired(cx) {
             // Silent past the keep-alive timeout: closed as its task would have closed it.
             if let Some(entry) = self.parked.try_remove(expired.into_inner()) {
