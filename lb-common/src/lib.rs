@@ -48,6 +48,9 @@ pub mod names {
     pub const NEXTHOP_GEN: &str = "NEXTHOP_GEN";
     /// Per-CPU global counters, indexed by the `GLOBAL_*` constants.
     pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+    /// Per-CPU state of the connection table's flood guard (one
+    /// [`FloodGuard`](crate::FloodGuard)).
+    pub const FLOOD_GUARD: &str = "FLOOD_GUARD";
     /// Address filter: bits of the addresses that may be VIPs or NAT backends (see
     /// [`filter_bit`](crate::filter_bit)).
     pub const ADDR_FILTER: &str = "ADDR_FILTER";
@@ -186,7 +189,8 @@ impl Addr {
 /// first. Version 2: addresses as bytes, ports as numbers (pins of earlier versions have
 /// no `LAYOUT` map). Version 3: backend slots name their
 /// next hop in `HOPS`; BACKEND_STATS is a plain array with a block per slot and CPU.
-pub const LAYOUT_VERSION: u32 = 3;
+/// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size.
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -206,6 +210,11 @@ pub const VIP_F_DSR: u32 = 1;
 /// each new flow also writes a `NAT_REV` entry. Other NAT VIPs find a reply's flow from
 /// `NAT_BACKENDS` and the connection table, so a new flow costs one table insert.
 pub const VIP_F_REVERSE_ENTRY: u32 = 2;
+
+/// `VipMeta.flags`: the flood guard ([`FloodGuard`]) may leave this VIP's new flows
+/// unrecorded. DSR VIPs, and NAT TCP VIPs whose replies Maglev finds without doubt (their
+/// `NAT_BACKENDS` targets carry the table size); every other VIP records every flow.
+pub const VIP_F_FLOOD_GUARD: u32 = 4;
 
 /// Most VIPs one `NAT_BACKENDS` entry names (a backend address shared by several NAT VIPs);
 /// a VIP beyond them uses reverse entries.
@@ -249,6 +258,10 @@ pub const GLOBAL_TOO_BIG: u32 = 10;
 /// Index: ICMP "fragmentation needed" / ICMPv6 "packet too big" errors about a VIP flow,
 /// delivered to the flow's backend or client with the quoted packet translated.
 pub const GLOBAL_ICMP_TOO_BIG: u32 = 11;
+/// Index: new flows balanced but not recorded in the connection table, because this CPU
+/// saw more new flows in the current second than the flood guard's limit
+/// ([`FloodGuard`]).
+pub const GLOBAL_FLOOD_UNRECORDED: u32 = 12;
 
 /// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
 /// the upper-layer header; a longer chain goes to the kernel.
@@ -403,6 +416,10 @@ pub struct NatTarget {
     pub proto: u8,
     /// Reserved, zero.
     pub pad: [u8; 3],
+    /// Size of the VIP's Maglev table when the flood guard may leave its flows unrecorded
+    /// (`VIP_F_FLOOD_GUARD`): a reply of an unrecorded flow finds its backend by hashing
+    /// the flow again. 0: the VIP records every flow.
+    pub table_size: u32,
 }
 
 /// Value of `NAT_BACKENDS`: the VIPs whose flows a backend address serves. A reply's flow is the connection-table entry (client -> one of these VIPs)
@@ -447,6 +464,23 @@ pub struct NextHop {
     pub generation: u32,
     /// Kernel jiffies after which the FIB is asked again.
     pub expires: u64,
+}
+
+/// The connection table's flood guard, one per CPU. Under a flood of new flows (a SYN
+/// flood, or a burst of new clients), recording every one would evict the established
+/// flows and cost a table insert each: above `limit` new flows in one second on a CPU,
+/// new flows are still balanced (by Maglev, which sends a flow's every packet to the same
+/// backend while its table is unchanged) but not recorded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodGuard {
+    /// New flows per second and CPU recorded at most; 0: every new flow is recorded.
+    /// Written by userspace.
+    pub limit: u32,
+    /// New flows seen by this CPU in `second`.
+    pub count: u32,
+    /// The second (of the kernel's monotonic clock) `count` is for.
+    pub second: u64,
 }
 
 /// Per-CPU counters of one VIP or one backend slot.
@@ -497,6 +531,7 @@ mod pod {
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::NatTargets {}
+    unsafe impl aya::Pod for super::FloodGuard {}
 }
 
 #[cfg(test)]

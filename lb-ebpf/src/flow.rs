@@ -1,7 +1,10 @@
 //! Backend choice: connection table first, Maglev on a miss or a TCP SYN.
 
-use lb_common::{Addr, BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VipMeta};
+use lb_common::{
+    Addr, BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VIP_F_FLOOD_GUARD, VipMeta,
+};
 
+use crate::flood;
 use crate::ip::IpHeader;
 use crate::maps::{BACKENDS, CONNS, MAGLEV};
 use crate::parse::Packet;
@@ -62,6 +65,16 @@ fn hash(key: &FlowKey) -> u32 {
     h ^ (h >> 16)
 }
 
+/// The slot at the flow's position in the VIP's Maglev table (of `table_size` entries).
+#[inline(always)]
+pub fn maglev_slot(key: &FlowKey, vip_id: u32, table_size: u32) -> Option<u32> {
+    if table_size == 0 {
+        return None;
+    }
+    let index = hash(key) % table_size;
+    MAGLEV.get_value(vip_id, &index).copied()
+}
+
 #[inline(always)]
 fn active_slot(slot: u32, vip_id: u32) -> Option<*const BackendSlot> {
     let b = BACKENDS.get_ptr(slot)?;
@@ -95,18 +108,17 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
             None => ct_miss = true,
         }
     }
-    if meta.table_size == 0 {
-        return None;
-    }
-    let index = hash(key) % meta.table_size;
-    let slot = *MAGLEV.get_value(meta.vip_id, &index)?;
+    let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
     let backend = active_slot(slot, meta.vip_id)?;
-    let value = FlowValue {
-        slot,
-        vip_id: meta.vip_id,
-    };
-    // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
-    let _ = CONNS.insert(key, &value, 0);
+    // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
+    if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
+        let value = FlowValue {
+            slot,
+            vip_id: meta.vip_id,
+        };
+        // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
+        let _ = CONNS.insert(key, &value, 0);
+    }
     Some(Choice {
         slot,
         backend,

@@ -10,6 +10,7 @@
 mod csum;
 mod fib;
 mod filter;
+mod flood;
 mod flow;
 mod headers;
 mod icmp;

@@ -7,8 +7,9 @@ use aya_ebpf::{
 };
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
-    FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS, MAX_NEXTHOPS,
-    MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData, VipKey, VipMeta,
+    FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS,
+    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData, VipKey,
+    VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -108,6 +109,10 @@ pub static BACKEND_STATS: Array<
 /// Global counters, indexed by `lb_common::GLOBAL_*`.
 #[btf_map]
 pub static GLOBAL_STATS: PerCpuArray<u64, { GLOBAL_COUNT as usize }> = PerCpuArray::new();
+
+/// The connection table's flood guard, per CPU (see `flood`).
+#[btf_map]
+pub static FLOOD_GUARD: PerCpuArray<FloodGuard, 1> = PerCpuArray::new();
 
 /// Programs reached by tail call, indexed by `lb_common::PROG_*`.
 #[btf_map]

@@ -2,11 +2,14 @@
 //! backend's address names the VIPs it serves, with the port and protocol of each
 //! (`NAT_BACKENDS`, written by userspace), and the connection table holds the flow
 //! client -> VIP pinned to it. So a
-//! new NAT flow costs one table insert, as a DSR one does. VIPs whose replies do not tell
-//! their port keep a reverse entry per flow (`NAT_REV`).
+//! new NAT flow costs one table insert, as a DSR one does (none when the flood guard
+//! leaves it unrecorded: its reply finds the backend by Maglev, as its packets do). VIPs
+//! whose replies do not tell their port keep a reverse entry per flow (`NAT_REV`).
 
 use lb_common::{AddrKey, FlowKey, MAX_NAT_TARGETS, NatReverse, PROTO_ANY};
 
+use crate::flood;
+use crate::flow::maglev_slot;
 use crate::maps::{BACKENDS, CONNS, NAT_BACKENDS, NAT_REV};
 
 /// The flow of a packet `reply` (backend:bport -> client:cport), if it is a NAT flow of
@@ -48,16 +51,23 @@ pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> bool {
                 family: reply.family,
                 pad: 0,
             };
-            let Some(v) = (unsafe { CONNS.get(&flow) }) else {
-                continue;
+            // The flow's backend: recorded, else, while the flood guard may leave flows
+            // unrecorded, where Maglev sends it.
+            let slot = match unsafe { CONNS.get(&flow) } {
+                Some(v) if v.vip_id == t.vip_id => v.slot,
+                Some(_) => continue,
+                None if flood::guarding() => match maglev_slot(&flow, t.vip_id, t.table_size) {
+                    Some(slot) => slot,
+                    None => continue,
+                },
+                None => continue,
             };
             // The flow must be of this VIP and pinned to this very backend: a flow that
             // moved elsewhere is not this packet's.
-            let Some(b) = BACKENDS.get(v.slot) else {
+            let Some(b) = BACKENDS.get(slot) else {
                 continue;
             };
-            if v.vip_id == t.vip_id
-                && b.vip_id == v.vip_id
+            if b.vip_id == t.vip_id
                 && b.addr.words() == backend.words()
                 && (b.port == bport || b.port == 0)
             {
@@ -65,8 +75,8 @@ pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> bool {
                     vip_addr: t.vip_addr,
                     vip_port,
                     pad: 0,
-                    vip_id: v.vip_id,
-                    slot: v.slot,
+                    vip_id: t.vip_id,
+                    slot,
                 };
                 return true;
             }

@@ -310,6 +310,7 @@ fn load(t: &Target) -> Result<(DataPath, Config)> {
         conn_table_size: cfg.xdp.conn_table_size,
     };
     let mut dp = DataPath::load(&object, &opts)?;
+    dp.set_flood_limit(cfg.xdp.flood_guard_rate)?;
     if dp.adopted() {
         info!(pin_dir = %pin_dir.display(), "adopted the running data path");
     } else {

@@ -279,7 +279,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         }
     }
     let addr = ["addr", "family"];
-    let checks: [(&str, &[&str], &[&str]); 16] = [
+    let checks: [(&str, &[&str], &[&str]); 17] = [
         ("ADDRS", &addr, &[]),
         (
             "VIPS",
@@ -323,6 +323,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
             &["packets", "bytes", "new_flows", "drops"],
         ),
         ("GLOBAL_STATS", &[], &[]),
+        ("FLOOD_GUARD", &[], &["limit", "count", "second"]),
         ("PROGS", &[], &[]),
     ];
     for (name, key_fields, value_fields) in checks {

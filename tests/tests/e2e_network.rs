@@ -51,6 +51,14 @@ fn network_tcp_l4_nat_spread_follows_weights() {
     data_path::tcp_l4_nat_spread_follows_weights(Family::V4);
 }
 
+/// Data path contract, "Flood guard": with the guard at 1 new flow per second, 300 TCP
+/// connections through a NAT VIP all succeed although nearly none is recorded.
+#[test]
+fn network_flood_guard_unrecorded_nat_flows_still_connect() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_unrecorded_flows_still_connect(Family::V4);
+}
+
 /// Data path contract, UDP-L4: 300 requests from different source ports through a udp-l4
 /// NAT VIP are all answered (replies reversed to the VIP) and spread over all 3 backends.
 #[test]

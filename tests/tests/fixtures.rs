@@ -9,6 +9,8 @@
 
 #[path = "fixtures/cases_backends.rs"]
 mod cases_backends;
+#[path = "fixtures/cases_flood.rs"]
+mod cases_flood;
 #[path = "fixtures/cases_fuzz.rs"]
 mod cases_fuzz;
 #[path = "fixtures/cases_icmp_error.rs"]
@@ -105,6 +107,7 @@ fn main() -> ExitCode {
         cases_ipv6_edge::list(),
         cases_mtu::list(),
         cases_icmp_error::list(),
+        cases_flood::list(),
         cases_ipv6_parse::list(),
         // Last: its 100,000 frames leave flows behind.
         cases_fuzz::list(),

@@ -132,7 +132,13 @@ fn xdp_json(x: &Xdp) -> Result<Value> {
         .iter()
         .map(|(k, v)| (k.to_string(), *v))
         .collect();
-    Ok(json!({ "interfaces": x.ifaces, "vips": vips, "global": global, "health": x.report }))
+    Ok(json!({
+        "interfaces": x.ifaces,
+        "vips": vips,
+        "global": global,
+        "flood_guard_limit": x.status.flood_limit,
+        "health": x.report
+    }))
 }
 
 /// The engine's decision for a Backend Service, when a daemon reported one; behind an IPv6
@@ -208,6 +214,10 @@ fn print_xdp(x: &Xdp) {
     }
     let line: Vec<String> = st.global.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("\nglobal: {}", line.join(" "));
+    match st.flood_limit {
+        0 => println!("flood guard: off (every new flow is recorded)"),
+        n => println!("flood guard: {n} new flows per second and CPU recorded at most"),
+    }
     if let Some(r) = report {
         let servers: Vec<String> = r.servers.iter().map(|(a, s)| format!("{a}={s}")).collect();
         println!("servers: {}", servers.join(" "));

@@ -24,7 +24,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 17] = [
+const MAP_NAMES: [&str; 18] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -42,6 +42,7 @@ const MAP_NAMES: [&str; 17] = [
     names::NEXTHOP_GEN,
     names::NAT_BACKENDS,
     names::LAYOUT,
+    names::FLOOD_GUARD,
 ];
 
 /// How to load the data path.
@@ -263,6 +264,13 @@ impl DataPath {
             pool: Pool::default(),
             nat: None,
         })
+    }
+
+    /// Sets the connection table's flood guard: new flows per second and CPU recorded at
+    /// most (0: every one). A freshly loaded data path records every flow until this is
+    /// called.
+    pub fn set_flood_limit(&mut self, limit: u32) -> Result<()> {
+        self.maps.set_flood_limit(limit)
     }
 
     /// True when this process adopted an already running data path.

@@ -8,8 +8,8 @@ use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, FlowKey, FlowValue, NatReverse, NatTargets, NextHop, RangeData,
-    VipKey, VipMeta,
+    AddrKey, BackendSlot, Counters, FloodGuard, FlowKey, FlowValue, NatReverse, NatTargets,
+    NextHop, RangeData, VipKey, VipMeta,
 };
 
 /// One handle per map.
@@ -48,6 +48,8 @@ pub(crate) struct Maps {
     pub filter: Array<MapData, u64>,
     /// The layout version these maps were written with (`LAYOUT_VERSION`).
     pub layout: Array<MapData, u32>,
+    /// The connection table's flood guard, per CPU (`set_flood_limit`).
+    pub flood_guard: PerCpuArray<MapData, FloodGuard>,
 }
 
 /// A second descriptor of an array-type map, for the batched writes.
@@ -100,6 +102,7 @@ impl Maps {
             nexthop_gen: next("NEXTHOP_GEN")?.try_into().context("NEXTHOP_GEN")?,
             nat_backends: next("NAT_BACKENDS")?.try_into().context("NAT_BACKENDS")?,
             layout: next("LAYOUT")?.try_into().context("LAYOUT")?,
+            flood_guard: next("FLOOD_GUARD")?.try_into().context("FLOOD_GUARD")?,
         })
     }
 
@@ -111,6 +114,26 @@ impl Maps {
         self.nexthop_gen
             .set(0, generation.wrapping_add(1), 0)
             .context("writing NEXTHOP_GEN")
+    }
+
+    /// Sets how many new flows per second each CPU records in the connection table (0:
+    /// all of them). Every CPU's guard starts a new second with it.
+    pub fn set_flood_limit(&mut self, limit: u32) -> Result<()> {
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        let guard = FloodGuard {
+            limit,
+            ..FloodGuard::default()
+        };
+        let values = PerCpuValues::try_from(vec![guard; cpus])?;
+        self.flood_guard
+            .set(0, values, 0)
+            .context("writing FLOOD_GUARD")
+    }
+
+    /// The flood guard's limit as written (0: none).
+    pub fn flood_limit(&self) -> Result<u32> {
+        let values = self.flood_guard.get(&0, 0).context("reading FLOOD_GUARD")?;
+        Ok(values.iter().map(|g| g.limit).max().unwrap_or(0))
     }
 
     /// Sums one entry of a per-CPU counter array.

@@ -23,6 +23,9 @@ pub(crate) struct NatBackends {
     entries: HashMap<AddrKey, NatTargets>,
     /// Ids of the NAT VIPs left out: they keep reverse entries.
     reverse: HashSet<u32>,
+    /// Ids of the NAT VIPs whose replies are found by Maglev when their flows are not
+    /// recorded: only these may leave new flows unrecorded under a flood.
+    guarded: HashSet<u32>,
 }
 
 /// What a reply of VIP `v` from a backend with `port` (host order, 0: keeps the client's)
@@ -62,6 +65,8 @@ fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
             vip_id: v.vip_id,
             proto: v.proto,
             pad: [0; 3],
+            // Filled in by `plan` for the VIPs the flood guard may leave unrecorded.
+            table_size: 0,
         };
         let key = addr_key(b.address);
         if !targets.contains(&(key, target)) {
@@ -70,6 +75,44 @@ fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
     }
     (targets, untraceable)
 }
+
+/// A NAT VIP, the targets its replies are traced by, and whether some cannot be.
+type Wanted<'a> = (&'a VipState, Vec<(AddrKey, NatTarget)>, bool);
+
+/// The NAT VIPs whose unrecorded flows' replies Maglev finds without doubt: TCP VIPs of
+/// one port (a reply names its backend port), without reverse entries, and whose every
+/// backend address and port answers for no other VIP (else a reply could be another VIP's
+/// flow). UDP VIPs always record their flows: a backend's own datagrams from its service
+/// port (a resolver's queries from port 53) would pass for replies.
+fn guarded(
+    wanted: &[Wanted],
+    out: &HashMap<AddrKey, NatTargets>,
+    reverse: &HashSet<u32>,
+) -> HashSet<u32> {
+    let alone = |k: &AddrKey, t: &NatTarget| {
+        out.get(k).is_some_and(|entry| {
+            entry.targets[..entry.len as usize].iter().all(|o| {
+                o.vip_id == t.vip_id
+                    || !(o.proto == t.proto || o.proto == PROTO_ANY)
+                    || (o.backend_port != 0 && o.backend_port != t.backend_port)
+            })
+        })
+    };
+    wanted
+        .iter()
+        .filter(|(v, targets, _)| {
+            v.proto == TCP
+                && v.ports.0 == v.ports.1
+                && !reverse.contains(&v.vip_id)
+                && !targets.is_empty()
+                && targets.iter().all(|(k, t)| alone(k, t))
+        })
+        .map(|(v, _, _)| v.vip_id)
+        .collect()
+}
+
+/// IP protocol number of TCP.
+const TCP: u8 = 6;
 
 impl NatBackends {
     /// The entries of `state`'s NAT VIPs, given what `old` (the entries in the map, when
@@ -87,16 +130,31 @@ impl NatBackends {
                 (v, targets, untraceable)
             })
             .collect();
+        let sizes: HashMap<u32, u32> = state
+            .vips
+            .iter()
+            .map(|v| (v.vip_id, v.table_size))
+            .collect();
         let mut out: HashMap<AddrKey, NatTargets> = HashMap::new();
         let place = |out: &mut HashMap<AddrKey, NatTargets>, k: AddrKey, target: NatTarget| {
             let t = out.entry(k).or_default();
             t.targets[t.len as usize] = target;
             t.len += 1;
         };
-        // Kept targets first: `old` had at most MAX_NAT_TARGETS under each key.
+        // Kept targets first: `old` had at most MAX_NAT_TARGETS under each key. A target
+        // whose VIP's table changed size is the same target (rewritten with the new size).
+        let same = |a: &NatTarget, b: &NatTarget| {
+            NatTarget {
+                table_size: 0,
+                ..*a
+            } == NatTarget {
+                table_size: 0,
+                ..*b
+            }
+        };
         let was = |k: &AddrKey, t: &NatTarget| {
             old.and_then(|o| o.entries.get(k))
-                .is_some_and(|have| have.targets[..have.len as usize].contains(t))
+                .is_some_and(|have| have.targets[..have.len as usize].iter().any(|h| same(h, t)))
         };
         for (_, targets, _) in &wanted {
             for (k, t) in targets.iter().filter(|(k, t)| was(k, t)) {
@@ -121,16 +179,28 @@ impl NatBackends {
                 place(&mut out, *k, *target);
             }
         }
+        let guarded = guarded(&wanted, &out, &reverse);
+        for t in out.values_mut() {
+            for target in &mut t.targets[..t.len as usize] {
+                if guarded.contains(&target.vip_id) {
+                    target.table_size = sizes.get(&target.vip_id).copied().unwrap_or(0);
+                }
+            }
+        }
         NatBackends {
             entries: out,
             reverse,
+            guarded,
         }
     }
 
-    /// Marks the VIPs of `state` (the one planned) that keep reverse entries.
+    /// Marks the VIPs of `state` (the one planned) that keep reverse entries, and those
+    /// whose new flows the flood guard may leave unrecorded (DSR VIPs, which have no
+    /// replies to find, and the NAT VIPs in `guarded`).
     pub fn mark(&self, state: &mut State) {
         for v in &mut state.vips {
             v.reverse_entries = self.reverse.contains(&v.vip_id);
+            v.flood_guard = v.dsr || self.guarded.contains(&v.vip_id);
         }
     }
 
@@ -166,6 +236,7 @@ impl NatBackends {
         Ok(NatBackends {
             entries,
             reverse: HashSet::new(),
+            guarded: HashSet::new(),
         })
     }
 }
@@ -297,5 +368,61 @@ mod tests {
         // Without what the map held, the same state plans in list order.
         let fresh = NatBackends::plan(&grown, None);
         assert_eq!(fresh.reverse, HashSet::from([5]));
+    }
+
+    /// Issue 16 (flood guard): only NAT TCP VIPs whose replies name them alone may leave
+    /// flows unrecorded, and their targets carry the table size the reply path hashes
+    /// with; DSR VIPs always may; UDP VIPs and VIPs sharing a backend with an ANY-L3 VIP
+    /// never do.
+    #[test]
+    fn the_flood_guard_takes_only_vips_whose_replies_name_them() {
+        let mut state = State {
+            vips: vec![
+                vip(
+                    1,
+                    6,
+                    (80, 80),
+                    false,
+                    &[("10.2.0.1", 8080), ("10.2.0.2", 0)],
+                ),
+                vip(2, 6, (443, 443), true, &[("10.2.0.1", 0)]),
+                vip(3, 17, (53, 53), false, &[("10.2.0.3", 53)]),
+                vip(4, 6, (81, 81), false, &[("10.2.0.4", 81)]),
+                vip(5, 0, (0, 0), false, &[("10.2.0.4", 0)]),
+                vip(6, 6, (82, 82), false, &[("10.2.0.1", 8081)]),
+            ],
+            next_slot: 0,
+        };
+        for v in &mut state.vips {
+            v.table_size = 251;
+        }
+        let nat = NatBackends::plan(&state, None);
+        nat.mark(&mut state);
+        let guarded: Vec<(u32, bool)> = state
+            .vips
+            .iter()
+            .map(|v| (v.vip_id, v.flood_guard))
+            .collect();
+        assert_eq!(
+            guarded,
+            [
+                (1, true),
+                (2, true),
+                (3, false),
+                (4, false),
+                (5, false),
+                (6, true)
+            ]
+        );
+        let sizes = |addr: &str| -> Vec<(u32, u32)> {
+            let t = nat.entries[&key(addr)];
+            t.targets[..t.len as usize]
+                .iter()
+                .map(|t| (t.vip_id, t.table_size))
+                .collect()
+        };
+        assert_eq!(sizes("10.2.0.1"), [(1, 251), (6, 251)]);
+        assert_eq!(sizes("10.2.0.3"), [(3, 0)]);
+        assert_eq!(sizes("10.2.0.4"), [(4, 0), (5, 0)]);
     }
 }

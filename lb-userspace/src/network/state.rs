@@ -40,6 +40,9 @@ pub(crate) struct VipState {
     /// writes a reverse entry (`VIP_F_REVERSE_ENTRY`).
     #[serde(default)]
     pub reverse_entries: bool,
+    /// New flows may go unrecorded under a flood (`VIP_F_FLOOD_GUARD`).
+    #[serde(default)]
+    pub flood_guard: bool,
     pub backends: Vec<SlotState>,
 }
 
@@ -154,6 +157,7 @@ pub(crate) fn test_vip(
         table_hash: 0,
         table_digest: 0,
         reverse_entries: false,
+        flood_guard: false,
         backends: backends
             .iter()
             .map(|(a, p)| SlotState {

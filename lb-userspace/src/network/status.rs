@@ -8,7 +8,7 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 12] = [
+const GLOBAL_NAMES: [(&str, u32); 13] = [
     ("malformed", GLOBAL_MALFORMED),
     ("not_ip", GLOBAL_NOT_IP),
     ("fragment", GLOBAL_FRAGMENT),
@@ -21,6 +21,7 @@ const GLOBAL_NAMES: [(&str, u32); 12] = [
     ("ipv6_ext", GLOBAL_IPV6_EXT),
     ("too_big", GLOBAL_TOO_BIG),
     ("icmp_too_big", GLOBAL_ICMP_TOO_BIG),
+    ("flood_unrecorded", GLOBAL_FLOOD_UNRECORDED),
 ];
 
 /// Everything `lb status` shows.
@@ -30,6 +31,8 @@ pub struct Status {
     pub vips: Vec<VipStatus>,
     /// Global counters by name.
     pub global: Vec<(&'static str, u64)>,
+    /// New flows per second and CPU the connection table records at most (0: all).
+    pub flood_limit: u32,
 }
 
 /// One VIP with its counters and backends.
@@ -131,6 +134,10 @@ impl DataPath {
             let per_cpu = self.maps.global_stats.get(&index, 0)?;
             global.push((name, per_cpu.iter().sum()));
         }
-        Ok(Status { vips, global })
+        Ok(Status {
+            vips,
+            global,
+            flood_limit: self.maps.flood_limit()?,
+        })
     }
 }

@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
 use lb_common::{
     ADDR_VIP_ANY, ADDR_VIP_RANGE, Addr, AddrKey, BackendSlot, MAX_BACKEND_SLOTS, MAX_VIPS,
-    PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_REVERSE_ENTRY, VipKey,
-    VipMeta,
+    PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_FLOOD_GUARD,
+    VIP_F_REVERSE_ENTRY, VipKey, VipMeta,
 };
 
 use tracing::debug;
@@ -144,6 +144,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             table_hash: 0,
             table_digest: 0,
             reverse_entries: false,
+            flood_guard: false,
             backends: slots,
         });
     }
@@ -386,7 +387,8 @@ fn meta(v: &VipState) -> VipMeta {
                 VIP_F_REVERSE_ENTRY
             } else {
                 0
-            },
+            }
+            | if v.flood_guard { VIP_F_FLOOD_GUARD } else { 0 },
         table_size: v.table_size,
         pad: 0,
     }
@@ -464,7 +466,9 @@ fn write_entries(maps: &mut Maps, v: &VipState) -> Result<()> {
 
 /// The entries of a VIP are its key(s) and `meta`: the same when these are.
 fn same_entries(a: &VipState, b: &VipState) -> bool {
-    same_keys_and_table(a, b) && a.reverse_entries == b.reverse_entries
+    same_keys_and_table(a, b)
+        && a.reverse_entries == b.reverse_entries
+        && a.flood_guard == b.flood_guard
 }
 
 /// The same keys and table size (so `meta` differs at most by its flags).

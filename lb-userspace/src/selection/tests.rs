@@ -80,6 +80,7 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         xdp: XdpSettings {
             pin_dir: PathBuf::from("/sys/fs/bpf/lb"),
             conn_table_size: 1 << 20,
+            flood_guard_rate: 125_000,
             interfaces: Vec::new(),
             attach_mode: AttachMode::Driver,
         },

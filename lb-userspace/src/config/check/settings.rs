@@ -21,6 +21,10 @@ const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
 /// Allowed connection-table sizes: small enough for the kernel's memory limits, large
 /// enough to be useful.
 const CONN_TABLE_SIZES: std::ops::RangeInclusive<i64> = 1024..=33_554_432;
+/// Default flood guard: new flows per second and CPU recorded (Katran's default too).
+const DEFAULT_FLOOD_GUARD_RATE: u32 = 125_000;
+/// Allowed flood guard rates (0: off).
+const FLOOD_GUARD_RATES: std::ops::RangeInclusive<i64> = 0..=100_000_000;
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 const MAX_IFNAME: usize = 15;
 
@@ -42,6 +46,17 @@ pub(in crate::config) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
         Some(size) => conn_table_size(size, issues),
         None => DEFAULT_CONN_TABLE_SIZE,
     };
+    let flood_guard_rate = match &raw.flood_guard_rate {
+        Some(rate) => ranged(
+            rate,
+            *FLOOD_GUARD_RATES.start(),
+            *FLOOD_GUARD_RATES.end(),
+            "xdp.flood_guard_rate",
+            issues,
+        )
+        .unwrap_or(DEFAULT_FLOOD_GUARD_RATE),
+        None => DEFAULT_FLOOD_GUARD_RATE,
+    };
     let attach_mode = match raw.attach_mode {
         Some(RawAttachMode::Skb) => AttachMode::Skb,
         Some(RawAttachMode::Drv) | None => AttachMode::Driver,
@@ -49,6 +64,7 @@ pub(in crate::config) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
     XdpSettings {
         pin_dir,
         conn_table_size,
+        flood_guard_rate,
         interfaces: interfaces(raw.interfaces.as_deref().unwrap_or_default(), issues),
         attach_mode,
     }

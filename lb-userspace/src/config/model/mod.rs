@@ -207,6 +207,10 @@ pub struct XdpSettings {
     pub pin_dir: PathBuf,
     /// Connection-table size in flows. Default 1,048,576.
     pub conn_table_size: u32,
+    /// New flows per second and CPU recorded in the connection table at most; above it
+    /// (a SYN flood) new flows are balanced without being recorded, so they evict no
+    /// established flow. 0: every flow is recorded. Default 125,000.
+    pub flood_guard_rate: u32,
     /// Interfaces to attach to (may be overridden on the command line).
     pub interfaces: Vec<String>,
     /// Attach mode. Default driver (native).

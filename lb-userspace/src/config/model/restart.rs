@@ -25,6 +25,11 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
             dbg(&n.xdp.conn_table_size),
         ),
         (
+            "xdp.flood_guard_rate",
+            dbg(&r.xdp.flood_guard_rate),
+            dbg(&n.xdp.flood_guard_rate),
+        ),
+        (
             "xdp.interfaces",
             dbg(&r.xdp.interfaces),
             dbg(&n.xdp.interfaces),

@@ -28,6 +28,7 @@ pub(in crate::config) use l7::{
 pub(in crate::config) struct RawXdp {
     pub pin_dir: Option<Spanned<String>>,
     pub conn_table_size: Option<Spanned<i64>>,
+    pub flood_guard_rate: Option<Spanned<i64>>,
     pub interfaces: Option<Vec<Spanned<String>>>,
     pub attach_mode: Option<RawAttachMode>,
 }

@@ -18,6 +18,7 @@ const FULL: &str = r#"
 [xdp]
 pin_dir = "/sys/fs/bpf/test"
 conn_table_size = 2048
+flood_guard_rate = 50000
 interfaces = ["veth0", "veth1"]
 attach_mode = "skb"
 
@@ -113,6 +114,7 @@ fn full_config_round_trips_into_the_model() {
         xdp: XdpSettings {
             pin_dir: PathBuf::from("/sys/fs/bpf/test"),
             conn_table_size: 2048,
+            flood_guard_rate: 50_000,
             interfaces: vec!["veth0".into(), "veth1".into()],
             attach_mode: AttachMode::Skb,
         },
@@ -256,6 +258,7 @@ fn empty_file_gives_defaults() {
     let config = parse("", "empty.toml").unwrap();
     assert_eq!(config.xdp.pin_dir, PathBuf::from("/sys/fs/bpf/lb"));
     assert_eq!(config.xdp.conn_table_size, 1_048_576);
+    assert_eq!(config.xdp.flood_guard_rate, 125_000);
     assert!(config.xdp.interfaces.is_empty());
     assert_eq!(config.xdp.attach_mode, AttachMode::Driver);
     assert_eq!(

@@ -154,6 +154,42 @@ pub fn tcp_l4_nat_spread_follows_weights(family: Family) {
     );
 }
 
+/// The connection table's flood guard at 1 new flow per second and CPU: nearly every flow
+/// of 300 TCP connections through a tcp-l4 NAT VIP goes unrecorded, yet every connection is
+/// answered (each packet and each reply finds its backend through Maglev) and they spread
+/// over all 3 backends; `lb status` counts the unrecorded flows.
+pub fn tcp_l4_nat_unrecorded_flows_still_connect(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("flood guard");
+    let (vip, name) = (family.vip(30), family.vip_name("guarded"));
+    let topo = family.topology(None);
+    topo.tcp_servers(8000).expect("servers");
+    let names = all_names(&topo);
+    let cfg = "[xdp]\nflood_guard_rate = 1\n".to_string()
+        + &backend_services(&topo, family, 8000, &[1, 1, 1])
+        + &vservice(&name, "tcp-l4", vip, "port = 8000", "nat", &names);
+    load(&topo, &cfg);
+    let replies = ask_many(&topo.client, 300, tcp_ask_at, at(vip, 8000));
+    let counts = count_by_backend(&replies);
+    let status = topo.lb_status().expect("lb status");
+    println!(
+        "{label}: 300 connections by backend {counts:?}; global {}",
+        globals(&status)
+    );
+    assert_eq!(
+        counts.len(),
+        3,
+        "{label}: every backend answers: {counts:?}"
+    );
+    let unrecorded = global(&status, "flood_unrecorded").unwrap_or(0);
+    assert!(
+        unrecorded >= 250,
+        "{label}: the flows went unrecorded: {}",
+        globals(&status)
+    );
+    assert_eq!(status["flood_guard_limit"], 1, "{label}: the limit shows");
+}
+
 /// 300 UDP requests from different source ports through a udp-l4 NAT VIP are all answered
 /// (connected client sockets: only answers from the VIP itself are delivered, so every
 /// answer was translated back) and spread over all 3 backends.
