@@ -189,7 +189,8 @@ impl Addr {
 /// first. Version 2: addresses as bytes, ports as numbers (pins of earlier versions have
 /// no `LAYOUT` map). Version 3: backend slots name their
 /// next hop in `HOPS`; BACKEND_STATS is a plain array with a block per slot and CPU.
-/// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size.
+/// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size; VIPs carry
+/// an epoch and flows a copy of their slot; counters take 64 bytes.
 pub const LAYOUT_VERSION: u32 = 4;
 
 /// Address family marker stored in keys.
@@ -327,8 +328,10 @@ pub struct VipMeta {
     pub flags: u32,
     /// Size of this VIP's Maglev table (prime).
     pub table_size: u32,
-    /// Reserved, zero.
-    pub pad: u32,
+    /// Changes (never to an earlier value) whenever one of this VIP's backend slots is
+    /// written: a flow whose connection-table entry holds another epoch reads its slot
+    /// again instead of the backend the entry kept.
+    pub epoch: u32,
 }
 
 /// One backend in one VIP's list.
@@ -373,7 +376,10 @@ pub struct FlowKey {
     pub pad: u16,
 }
 
-/// Connection-table value: the backend slot a flow is pinned to.
+/// Connection-table value: the backend slot a flow is pinned to, and a copy of what the
+/// slot said when the flow last read it. While the VIP's epoch is unchanged, a packet of
+/// the flow takes the backend from here and never reads the slot: with 100,000 slots that
+/// read is a cache miss per packet.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowValue {
@@ -381,6 +387,16 @@ pub struct FlowValue {
     pub slot: u32,
     /// VIP id the flow belongs to.
     pub vip_id: u32,
+    /// The VIP's epoch (`VipMeta.epoch`) when the copy below was taken.
+    pub epoch: u32,
+    /// The slot's next-hop index (`BackendSlot.hop`).
+    pub hop: u32,
+    /// The slot's backend address, wire order.
+    pub addr: Addr,
+    /// The slot's backend port (0: the packet's destination port).
+    pub port: u16,
+    /// Reserved, zero.
+    pub pad: [u8; 6],
 }
 
 /// Reverse-NAT value: what to put back into a backend's reply.
@@ -501,6 +517,9 @@ pub struct Counters {
     pub reply_packets: u64,
     /// Bytes of those replies (whole frames).
     pub reply_bytes: u64,
+    /// Reserved, zero: makes a block one cache line, so that counting a packet on a slot
+    /// touches one line, not two.
+    pub pad: u64,
 }
 
 impl Counters {

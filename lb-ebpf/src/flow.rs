@@ -12,8 +12,11 @@ use crate::parse::Packet;
 /// Result of choosing a backend for one packet.
 pub struct Choice {
     pub slot: u32,
-    /// The slot itself, in the map (read once, where its fields are needed).
-    pub backend: *const BackendSlot,
+    /// The backend's address (words, wire order), port (0: the packet's) and next-hop
+    /// index, from the slot or from the flow's copy of it.
+    pub addr: [u32; 4],
+    pub port: u16,
+    pub hop: u32,
     pub new_flow: bool,
     pub ct_miss: bool,
 }
@@ -76,14 +79,26 @@ pub fn maglev_slot(key: &FlowKey, vip_id: u32, table_size: u32) -> Option<u32> {
 }
 
 #[inline(always)]
-fn active_slot(slot: u32, vip_id: u32) -> Option<*const BackendSlot> {
-    let b = BACKENDS.get_ptr(slot)?;
-    // SAFETY: a pointer into the map, checked non-null by the lookup.
-    let (flags, owner) = unsafe { ((*b).flags, (*b).vip_id) };
-    if flags & SLOT_F_ACTIVE != 0 && owner == vip_id {
+fn active_slot(slot: u32, vip_id: u32) -> Option<&'static BackendSlot> {
+    let b = BACKENDS.get(slot)?;
+    if b.flags & SLOT_F_ACTIVE != 0 && b.vip_id == vip_id {
         Some(b)
     } else {
         None
+    }
+}
+
+/// The flow's entry as written for `slot` under the VIP's current epoch.
+#[inline(always)]
+fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
+    FlowValue {
+        slot,
+        vip_id: meta.vip_id,
+        epoch: meta.epoch,
+        hop: b.hop,
+        addr: b.addr,
+        port: b.port,
+        pad: [0; 6],
     }
 }
 
@@ -92,14 +107,30 @@ fn active_slot(slot: u32, vip_id: u32) -> Option<*const BackendSlot> {
 pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
     let mut ct_miss = false;
     if !is_syn {
-        match unsafe { CONNS.get(key) } {
+        match CONNS.get_ptr_mut(key) {
             Some(v) => {
-                // A flow keeps its backend while the slot is active (drained included);
-                // a failed or removed backend makes it re-hash below.
-                if let Some(backend) = active_slot(v.slot, meta.vip_id) {
+                // SAFETY: a pointer into the map's value, checked non-null by the lookup.
+                let v = unsafe { &mut *v };
+                // The backend the flow kept, while none of the VIP's slots changed.
+                if v.epoch == meta.epoch && v.vip_id == meta.vip_id {
                     return Some(Choice {
                         slot: v.slot,
-                        backend,
+                        addr: *v.addr.words(),
+                        port: v.port,
+                        hop: v.hop,
+                        new_flow: false,
+                        ct_miss: false,
+                    });
+                }
+                // A flow keeps its backend while the slot is active (drained included);
+                // a failed or removed backend makes it re-hash below.
+                if let Some(b) = active_slot(v.slot, meta.vip_id) {
+                    *v = entry(v.slot, b, meta);
+                    return Some(Choice {
+                        slot: v.slot,
+                        addr: *b.addr.words(),
+                        port: b.port,
+                        hop: b.hop,
                         new_flow: false,
                         ct_miss: false,
                     });
@@ -109,19 +140,17 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
         }
     }
     let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
-    let backend = active_slot(slot, meta.vip_id)?;
+    let b = active_slot(slot, meta.vip_id)?;
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
-        let value = FlowValue {
-            slot,
-            vip_id: meta.vip_id,
-        };
         // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
-        let _ = CONNS.insert(key, &value, 0);
+        let _ = CONNS.insert(key, &entry(slot, b, meta), 0);
     }
     Some(Choice {
         slot,
-        backend,
+        addr: *b.addr.words(),
+        port: b.port,
+        hop: b.hop,
         new_flow: true,
         ct_miss,
     })

@@ -128,11 +128,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         ct_miss: choice.ct_miss,
     };
     stats::forwarded(meta.vip_id, choice.slot, &ev);
-    // SAFETY: a pointer into BACKENDS, checked by the lookup that produced it.
-    let (backend_addr, backend_port, hop) = unsafe {
-        let b = &*choice.backend;
-        (*b.addr.words(), b.port, b.hop)
-    };
+    let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);
     if let Err(Miss::TooBig(mtu)) = hop {

@@ -86,6 +86,7 @@ mod tests {
                 vip("2001:db8::10", true, &["10.3.0.1"]),
             ],
             next_slot: 0,
+            next_epoch: 0,
         };
         let f = Filter::of(&state);
         assert!(has(&f, 0, "198.18.0.10"));
@@ -108,7 +109,11 @@ mod tests {
                 vip(&a, true, &[])
             })
             .collect();
-        let f = Filter::of(&State { vips, next_slot: 0 });
+        let f = Filter::of(&State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        });
         let set: u32 = f.0[..FILTER_NAT_BASE as usize]
             .iter()
             .map(|w| w.count_ones())

@@ -77,6 +77,7 @@ mod tests {
         let old = State {
             vips: vec![vip],
             next_slot: 0,
+            next_epoch: 0,
         };
         let mut ids = HopIds::new(&old, true);
         assert_eq!(ids.of(a).unwrap(), 1);

@@ -272,6 +272,7 @@ mod tests {
                 vip(4, 0, (0, 0), false, &[("10.2.0.4", 0)]),
             ],
             next_slot: 0,
+            next_epoch: 0,
         };
         let nat = NatBackends::plan(&state, None);
         nat.mark(&mut state);
@@ -300,7 +301,11 @@ mod tests {
         for id in 2..=6 {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         }
-        let mut state = State { vips, next_slot: 0 };
+        let mut state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
         let nat = NatBackends::plan(&state, None);
         nat.mark(&mut state);
         let nat = nat.entries;
@@ -332,7 +337,11 @@ mod tests {
         for id in 2..=5 {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         }
-        let state = State { vips, next_slot: 0 };
+        let state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
         let before = NatBackends::plan(&state, None);
         assert!(before.reverse.is_empty());
         let mut changed = state;
@@ -356,7 +365,11 @@ mod tests {
         let vips: Vec<VipState> = (2..=5)
             .map(|id| vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]))
             .collect();
-        let state = State { vips, next_slot: 0 };
+        let state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
         let before = NatBackends::plan(&state, None);
         let mut grown = state;
         grown
@@ -392,6 +405,7 @@ mod tests {
                 vip(6, 6, (82, 82), false, &[("10.2.0.1", 8081)]),
             ],
             next_slot: 0,
+            next_epoch: 0,
         };
         for v in &mut state.vips {
             v.table_size = 251;

@@ -16,6 +16,10 @@ pub(crate) struct State {
     pub vips: Vec<VipState>,
     /// Next backend slot to try when allocating (slots are reused last).
     pub next_slot: u32,
+    /// The epoch the next VIP whose slots change gets (`VipMeta.epoch`): one counter for
+    /// every VIP, so a VIP id given to a new VIP never repeats an epoch its old flows hold.
+    #[serde(default)]
+    pub next_epoch: u32,
 }
 
 /// One VIP as written.
@@ -43,6 +47,9 @@ pub(crate) struct VipState {
     /// New flows may go unrecorded under a flood (`VIP_F_FLOOD_GUARD`).
     #[serde(default)]
     pub flood_guard: bool,
+    /// `VipMeta.epoch`: changed whenever one of its slots is written or its slots change.
+    #[serde(default)]
+    pub epoch: u32,
     pub backends: Vec<SlotState>,
 }
 
@@ -158,6 +165,7 @@ pub(crate) fn test_vip(
         table_digest: 0,
         reverse_entries: false,
         flood_guard: false,
+        epoch: 0,
         backends: backends
             .iter()
             .map(|(a, p)| SlotState {

@@ -60,6 +60,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let mut new = State {
         vips: Vec::new(),
         next_slot: old.next_slot,
+        next_epoch: old.next_epoch,
     };
     let ids = assign_vip_ids(old, vips)?;
     // What this process wrote itself is known to be in the maps; the state of another
@@ -93,6 +94,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         let mut owners = Owners::new(previous);
         let mut slots = Vec::with_capacity(vip.backends.len());
         let mut vip_keys = Vec::with_capacity(vip.backends.len());
+        let mut slots_written = false;
         for (i, b) in vip.backends.iter().enumerate() {
             // A slot keeps its owner (same VIP id, address and port); one whose active flag
             // is unchanged is not written again.
@@ -118,6 +120,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                     pad: 0,
                 };
                 slot_writes.push((slot, entry));
+                slots_written = true;
             }
             let state = SlotState {
                 name: b.name.clone(),
@@ -131,6 +134,22 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             vip_keys.push(keys.add(b.address, b.port));
             slots.push(state);
         }
+        // Flows keep a copy of their slot while the VIP's epoch stays: it changes with any
+        // slot written, taken or given up.
+        let same_slots = previous.is_some_and(|o| {
+            o.backends
+                .iter()
+                .map(|b| b.slot)
+                .eq(slots.iter().map(|s| s.slot))
+        });
+        let epoch = match previous {
+            Some(o) if trust_old && !fresh_vip && !slots_written && same_slots => o.epoch,
+            _ => {
+                let e = new.next_epoch;
+                new.next_epoch = e.wrapping_add(1);
+                e
+            }
+        };
         key_ids.push(vip_keys);
         previous_states.push(previous);
         new.vips.push(VipState {
@@ -145,6 +164,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             table_digest: 0,
             reverse_entries: false,
             flood_guard: false,
+            epoch,
             backends: slots,
         });
     }
@@ -390,7 +410,7 @@ fn meta(v: &VipState) -> VipMeta {
             }
             | if v.flood_guard { VIP_F_FLOOD_GUARD } else { 0 },
         table_size: v.table_size,
-        pad: 0,
+        epoch: v.epoch,
     }
 }
 
@@ -469,6 +489,7 @@ fn same_entries(a: &VipState, b: &VipState) -> bool {
     same_keys_and_table(a, b)
         && a.reverse_entries == b.reverse_entries
         && a.flood_guard == b.flood_guard
+        && a.epoch == b.epoch
 }
 
 /// The same keys and table size (so `meta` differs at most by its flags).
@@ -489,7 +510,13 @@ fn flag_reverse_entries(maps: &mut Maps, old: &State, new: &State) -> Result<()>
         if o.reverse_entries || !same_keys_and_table(o, v) {
             continue;
         }
-        write_entries(maps, v)?;
+        // With the epoch it has until its slots are written: a flow that read a slot now
+        // must not keep it under the new epoch.
+        let early = VipState {
+            epoch: o.epoch,
+            ..v.clone()
+        };
+        write_entries(maps, &early)?;
     }
     Ok(())
 }
