@@ -35,8 +35,8 @@ pub mod names {
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     /// Per-CPU counters per VIP id.
     pub const VIP_STATS: &str = "VIP_STATS";
-    /// Counters per backend slot and CPU: index `cpu * MAX_BACKEND_SLOTS + slot` ->
-    /// [`Counters`](crate::Counters).
+    /// Counters per Backend Service and CPU: index `cpu * MAX_BACKEND_SLOTS + counters`
+    /// (the `counters` index of the service's slots) -> [`Counters`](crate::Counters).
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     /// Per-CPU next-hop cache towards clients: index (hash of the address) ->
     /// [`NextHop`](crate::NextHop).
@@ -104,8 +104,8 @@ pub const BPF_F_INNER_MAP: u32 = 0x1000;
 /// Flag for arrays userspace may `mmap`: a new Maglev table is written with one copy into
 /// its memory instead of one kernel-checked copy per entry (1,000 tables in milliseconds).
 pub const BPF_F_MMAPABLE: u32 = 0x400;
-/// Flags of `BACKEND_STATS`: memory-mapped, so userspace reads 100,000 slots' counters
-/// without a system call each.
+/// Flags of `BACKEND_STATS`: memory-mapped, so userspace reads 100,000 Backend Services'
+/// counters without a system call each.
 pub const BACKEND_STATS_FLAGS: u32 = BPF_F_MMAPABLE;
 /// Flags of every Maglev table: any size, memory-mapped. Inner maps must carry the
 /// template's flags exactly, so both sides take them from here.
@@ -190,7 +190,8 @@ impl Addr {
 /// no `LAYOUT` map). Version 3: backend slots name their
 /// next hop in `HOPS`; BACKEND_STATS is a plain array with a block per slot and CPU.
 /// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size; VIPs carry
-/// an epoch and flows a copy of their slot; counters take 64 bytes.
+/// an epoch and flows a copy of their slot; counters take 64 bytes; `BACKEND_STATS` has a
+/// block per Backend Service instead of per slot.
 pub const LAYOUT_VERSION: u32 = 4;
 
 /// Address family marker stored in keys.
@@ -351,8 +352,9 @@ pub struct BackendSlot {
     /// Index of this backend address's next hop in `HOPS` (one per distinct address,
     /// shared by every slot of that address; given by userspace).
     pub hop: u32,
-    /// Reserved, zero.
-    pub pad: u32,
+    /// Index of this slot's Backend Service in `BACKEND_STATS` (one per Backend Service,
+    /// shared by its slots in every VIP; given by userspace).
+    pub counters: u32,
 }
 
 /// A flow as seen on the wire (client-to-VIP direction for `CONNS`, backend-to-client
@@ -391,12 +393,14 @@ pub struct FlowValue {
     pub epoch: u32,
     /// The slot's next-hop index (`BackendSlot.hop`).
     pub hop: u32,
-    /// The slot's backend address, wire order.
-    pub addr: Addr,
+    /// The slot's counters index (`BackendSlot.counters`).
+    pub counters: u32,
     /// The slot's backend port (0: the packet's destination port).
     pub port: u16,
     /// Reserved, zero.
-    pub pad: [u8; 6],
+    pub pad: u16,
+    /// The slot's backend address, wire order.
+    pub addr: Addr,
 }
 
 /// Reverse-NAT value: what to put back into a backend's reply.
@@ -499,7 +503,7 @@ pub struct FloodGuard {
     pub second: u64,
 }
 
-/// Per-CPU counters of one VIP or one backend slot.
+/// Per-CPU counters of one VIP or one Backend Service (over every VIP it serves in).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {

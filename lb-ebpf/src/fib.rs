@@ -116,6 +116,20 @@ pub fn towards_client<H: IpHeader>(
     Ok(egress)
 }
 
+/// Whether the FIB forwards a packet from `src` to `dst` (false for one of this host's
+/// addresses, an unresolved neighbour, no route): asked afresh, never from a cache, so
+/// that only a path the kernel would take right now counts.
+#[inline(always)]
+pub fn routes_onward<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    src: &[u32; 4],
+    dst: &[u32; 4],
+) -> bool {
+    let len = unsafe { H::tot_len(pkt.ip) };
+    !matches!(query(ctx, pkt, src, dst, len), Err(Miss::Kernel))
+}
+
 impl Egress {
     /// Where a kept next hop sends packets.
     #[inline(always)]

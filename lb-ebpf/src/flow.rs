@@ -17,6 +17,8 @@ pub struct Choice {
     pub addr: [u32; 4],
     pub port: u16,
     pub hop: u32,
+    /// The Backend Service's counters index.
+    pub counters: u32,
     pub new_flow: bool,
     pub ct_miss: bool,
 }
@@ -96,9 +98,10 @@ fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
         vip_id: meta.vip_id,
         epoch: meta.epoch,
         hop: b.hop,
-        addr: b.addr,
+        counters: b.counters,
         port: b.port,
-        pad: [0; 6],
+        pad: 0,
+        addr: b.addr,
     }
 }
 
@@ -118,6 +121,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
                         addr: *v.addr.words(),
                         port: v.port,
                         hop: v.hop,
+                        counters: v.counters,
                         new_flow: false,
                         ct_miss: false,
                     });
@@ -131,6 +135,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
                         addr: *b.addr.words(),
                         port: b.port,
                         hop: b.hop,
+                        counters: b.counters,
                         new_flow: false,
                         ct_miss: false,
                     });
@@ -151,6 +156,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
         addr: *b.addr.words(),
         port: b.port,
         hop: b.hop,
+        counters: b.counters,
         new_flow: true,
         ct_miss,
     })

@@ -124,7 +124,9 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
         return Some(deliver(ctx, pkt, &pkt.saddr, backend.addr.words(), true));
     }
     let mut rev = NatReverse::default();
-    if !crate::nat::reverse(&key, &mut rev) {
+    // Only a recorded flow: an error about one the flood guard left unrecorded goes to
+    // the kernel.
+    if crate::nat::reverse(&key, &mut rev) != crate::nat::Found::Recorded {
         return None;
     }
     crate::stats::global(GLOBAL_ICMP_TOO_BIG);

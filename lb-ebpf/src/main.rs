@@ -31,6 +31,7 @@ use crate::fib::{Egress, Miss};
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
 use crate::maps::{NAT_REV, PROGS};
+use crate::nat::Found;
 use crate::parse::{Packet, Parsed, Skip};
 
 /// The balancer program.
@@ -127,7 +128,7 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
         new_flow: choice.new_flow,
         ct_miss: choice.ct_miss,
     };
-    stats::forwarded(meta.vip_id, choice.slot, &ev);
+    stats::forwarded(meta.vip_id, choice.counters, &ev);
     let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);
@@ -188,7 +189,14 @@ fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) ->
 fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     let reply = flow::key(pkt);
     let mut rev = NatReverse::default();
-    if !nat::reverse(&reply, &mut rev) {
+    let found = nat::reverse(&reply, &mut rev);
+    // A flow found by Maglev only: its packets must have a route onward. The balancer's
+    // own address (a health check's answer) has none, nor has an unresolved client yet:
+    // only a recorded flow is surely a client's.
+    if found == Found::No
+        || (found == Found::ByMaglev
+            && !fib::routes_onward(ctx, pkt, rev.vip_addr.words(), &pkt.daddr))
+    {
         stats::global(GLOBAL_NO_VIP);
         return xdp_action::XDP_PASS;
     }

@@ -1,10 +1,10 @@
 //! Counter updates, each CPU on its own copy (no atomics on this target): per-CPU maps, and
-//! for backend slots a plain array with a block per CPU.
+//! for Backend Services a plain array with a block per CPU.
 
 use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use lb_common::{Counters, MAX_BACKEND_SLOTS};
 
-use crate::maps::{BACKEND_STATS, GLOBAL_STATS, VIP_STATS};
+use crate::maps::{BACKEND_STATS, BACKENDS, GLOBAL_STATS, VIP_STATS};
 
 /// Adds one to a global counter.
 #[inline(always)]
@@ -14,15 +14,15 @@ pub fn global(index: u32) {
     }
 }
 
-/// This CPU's counters of backend slot `slot`.
+/// This CPU's counters of the Backend Service at `index` (a slot's `counters`).
 #[inline(always)]
-fn slot_counters(slot: u32) -> Option<*mut Counters> {
-    if slot >= MAX_BACKEND_SLOTS {
+fn backend_counters(index: u32) -> Option<*mut Counters> {
+    if index >= MAX_BACKEND_SLOTS {
         return None;
     }
     // SAFETY: no preconditions; the program runs on one CPU from start to end.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    BACKEND_STATS.get_ptr_mut(cpu * MAX_BACKEND_SLOTS + slot)
+    BACKEND_STATS.get_ptr_mut(cpu * MAX_BACKEND_SLOTS + index)
 }
 
 /// What happened to one packet, for the VIP and backend counters.
@@ -32,13 +32,15 @@ pub struct Event {
     pub ct_miss: bool,
 }
 
-/// Counts a NAT reply translated back to its client, on its VIP and backend slot.
+/// Counts a NAT reply translated back to its client, on its VIP and on the Backend
+/// Service of its slot.
 #[inline(always)]
 pub fn replied(vip_id: u32, slot: u32, bytes: u64) {
     if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
         bump_reply(c, bytes);
     }
-    if let Some(c) = slot_counters(slot) {
+    let index = BACKENDS.get(slot).map_or(u32::MAX, |b| b.counters);
+    if let Some(c) = backend_counters(index) {
         bump_reply(c, bytes);
     }
 }
@@ -65,13 +67,14 @@ fn bump(c: *mut Counters, ev: &Event) {
     }
 }
 
-/// Counts a forwarded packet on its VIP and backend slot.
+/// Counts a forwarded packet on its VIP and on its Backend Service (`counters`, its
+/// slot's index).
 #[inline(always)]
-pub fn forwarded(vip_id: u32, slot: u32, ev: &Event) {
+pub fn forwarded(vip_id: u32, counters: u32, ev: &Event) {
     if let Some(c) = VIP_STATS.get_ptr_mut(vip_id) {
         bump(c, ev);
     }
-    if let Some(c) = slot_counters(slot) {
+    if let Some(c) = backend_counters(counters) {
         bump(c, ev);
     }
 }

@@ -179,17 +179,17 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         let per_backend: [(&str, &str, CounterOf); 5] = [
             (
                 "lb_xdp_packets_total",
-                "Packets forwarded by XDP per backend.",
+                "Packets forwarded by XDP per Backend Service (over every VIP it serves in).",
                 |c| c.packets,
             ),
             (
                 "lb_xdp_bytes_total",
-                "Bytes forwarded by XDP per backend.",
+                "Bytes forwarded by XDP per Backend Service (over every VIP it serves in).",
                 |c| c.bytes,
             ),
             (
                 "lb_xdp_new_flows_total",
-                "New flows scheduled by XDP per backend.",
+                "New flows scheduled by XDP per Backend Service (over every VIP it serves in).",
                 |c| c.new_flows,
             ),
             (
@@ -203,20 +203,17 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
                 |c| c.reply_bytes,
             ),
         ];
+        // Counted per Backend Service over every VIP it serves in: one sample each.
+        let services: std::collections::BTreeMap<&str, &lb_common::Counters> = net
+            .vips
+            .iter()
+            .flat_map(|v| &v.backends)
+            .map(|b| (b.name.as_str(), &b.counters))
+            .collect();
         for (name, help, get) in per_backend {
             o.family(name, "counter", help);
-            for vip in &net.vips {
-                for b in &vip.backends {
-                    o.sample(
-                        name,
-                        &[
-                            ("vservice", &vip.name),
-                            ("vip", &vip.address),
-                            ("backend", &b.name),
-                        ],
-                        get(&b.counters),
-                    );
-                }
+            for (backend, counters) in &services {
+                o.sample(name, &[("backend", backend)], get(counters));
             }
         }
         let per_vip: [(&str, &str, CounterOf); 7] = [

@@ -1,18 +1,72 @@
-//! The backend slots' counters (BACKEND_STATS), read and reset through a memory mapping.
+//! The Backend Services' counters (BACKEND_STATS): their indexes, and reading and resetting
+//! them through a memory mapping.
 //!
-//! The program keeps one counter block per slot and CPU in a plain array, at index
-//! `cpu * MAX_BACKEND_SLOTS + slot`, instead of a per-CPU array: a per-CPU lookup reads a
-//! pointer table before the block, one more cache miss per packet when traffic spreads over
-//! 100,000 slots. The array is memory-mapped here, so `lb status` sums a slot's CPUs with
-//! plain reads instead of one system call per slot.
+//! The program keeps one counter block per Backend Service and CPU in a plain array, at
+//! index `cpu * MAX_BACKEND_SLOTS + index`, instead of a per-CPU array: a per-CPU lookup
+//! reads a pointer table before the block, one more cache miss per packet. A block per
+//! Backend Service, not per slot: 100 VIPs over one farm of 1,000 backends count into 1,000
+//! blocks, which stay in cache, where 100,000 slots' blocks cost a cache and TLB miss per
+//! packet. The array is memory-mapped here, so `lb status` sums a block's CPUs with plain
+//! reads instead of one system call per block.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use aya::maps::{Map, MapData};
 use lb_common::{Counters, MAX_BACKEND_SLOTS};
 
+use super::index_set::IndexSet;
+use super::state::State;
 use super::sys;
+
+/// The `BACKEND_STATS` index of every Backend Service of one apply, by name.
+pub(crate) struct CounterIds {
+    by_name: HashMap<Arc<str>, u32>,
+    /// Indexes taken, by this apply or by services of the previous one.
+    taken: IndexSet,
+    next: u32,
+    /// Indexes given to a service that had none: their blocks are zeroed before any slot
+    /// names them (they may hold a removed service's counts).
+    pub fresh: Vec<u32>,
+}
+
+impl CounterIds {
+    /// Keeps the indexes of the previous apply's services (whose counts go on, across
+    /// restarts too: the state file keeps them).
+    pub(crate) fn new(old: &State) -> CounterIds {
+        let mut ids = CounterIds {
+            by_name: HashMap::new(),
+            taken: IndexSet::new(MAX_BACKEND_SLOTS),
+            next: 0,
+            fresh: Vec::new(),
+        };
+        for b in old.vips.iter().flat_map(|v| &v.backends) {
+            ids.by_name.insert(b.name.clone(), b.counters);
+            ids.taken.insert(b.counters);
+        }
+        ids
+    }
+
+    /// The index of the Backend Service `name`: the one it had, else the lowest one free.
+    pub(crate) fn of(&mut self, name: &Arc<str>) -> Result<u32> {
+        if let Some(&id) = self.by_name.get(name) {
+            return Ok(id);
+        }
+        while self.next < MAX_BACKEND_SLOTS {
+            let id = self.next;
+            self.next += 1;
+            if !self.taken.contains(id) {
+                self.taken.insert(id);
+                self.by_name.insert(name.clone(), id);
+                self.fresh.push(id);
+                return Ok(id);
+            }
+        }
+        bail!("more than {MAX_BACKEND_SLOTS} Backend Services across all Network vServices")
+    }
+}
 
 /// A shared mapping of BACKEND_STATS.
 pub(crate) struct SlotCounters {

@@ -68,6 +68,9 @@ pub(crate) struct SlotState {
     /// whose slots are written again).
     #[serde(default)]
     pub hop: u32,
+    /// Index of the Backend Service's counters in `BACKEND_STATS` (`counters::CounterIds`).
+    #[serde(default)]
+    pub counters: u32,
 }
 
 /// A shared string written and read as a plain one.
@@ -176,6 +179,7 @@ pub(crate) fn test_vip(
                 weight: 1,
                 active: true,
                 hop: 0,
+                counters: 0,
             })
             .collect(),
     }

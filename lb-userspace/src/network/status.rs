@@ -104,7 +104,7 @@ impl DataPath {
                     port: b.port,
                     weight: b.weight,
                     active: b.active,
-                    counters: self.maps.backend_stats.sum(b.slot)?,
+                    counters: self.maps.backend_stats.sum(b.counters)?,
                 });
             }
             vips.push(VipStatus {

@@ -19,6 +19,7 @@ use lb_common::{
 
 use tracing::debug;
 
+use super::counters::CounterIds;
 use super::filter::Filter;
 use super::hops::HopIds;
 use super::index_set::IndexSet;
@@ -77,12 +78,12 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         }
     }
     let mut hops = HopIds::new(old, trust_old);
+    let mut counter_ids = CounterIds::new(old);
     let mut keys = build::Keys::default();
     // The key of each backend of each VIP, parallel to `new.vips[i].backends`.
     let mut key_ids: Vec<Vec<u32>> = Vec::with_capacity(vips.len());
     let mut previous_states = Vec::with_capacity(vips.len());
     let mut slot_writes = Vec::new();
-    let mut resets = Vec::new();
     // The previous state of each VIP id, so 1,000 VIPs are not 1,000 x 1,000 scans.
     let old_by_id: HashMap<u32, &VipState> = old.vips.iter().map(|o| (o.vip_id, o)).collect();
     for (vip, &vip_id) in vips.iter().zip(&ids) {
@@ -98,13 +99,16 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
         for (i, b) in vip.backends.iter().enumerate() {
             // A slot keeps its owner (same VIP id, address and port); one whose active flag
             // is unchanged is not written again.
+            let counters = counter_ids.of(&b.name)?;
             let (slot, unchanged) = match owners.find(i, b.address, b.port, &used_slots) {
-                Some(old) => (old.slot, trust_old && old.active == b.active),
-                None => {
-                    let s = allocate_slot(&mut new.next_slot, &used_slots, &kept)?;
-                    resets.push(s);
-                    (s, false)
-                }
+                Some(old) => (
+                    old.slot,
+                    trust_old && old.active == b.active && old.counters == counters,
+                ),
+                None => (
+                    allocate_slot(&mut new.next_slot, &used_slots, &kept)?,
+                    false,
+                ),
             };
             used_slots.insert(slot);
             let hop = hops.of(b.address)?;
@@ -117,7 +121,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                     family,
                     vip_id,
                     hop,
-                    pad: 0,
+                    counters,
                 };
                 slot_writes.push((slot, entry));
                 slots_written = true;
@@ -130,6 +134,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 weight: b.weight,
                 active: b.active,
                 hop,
+                counters,
             };
             vip_keys.push(keys.add(b.address, b.port));
             slots.push(state);
@@ -209,7 +214,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     }
     let filled = started.elapsed();
     let maps = &mut dp.maps;
-    maps.backend_stats.reset(&resets)?;
+    maps.backend_stats.reset(&counter_ids.fresh)?;
     batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
     batch::swap_tables(maps.maglev_fd.as_fd(), &tables)
         .context("swapping in the new Maglev tables")?;
