@@ -148,3 +148,29 @@ impl Drop for SlotCounters {
         unsafe { libc::munmap(self.base.cast(), self.bytes) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::state::test_vip;
+
+    /// Issue 16 (counters per Backend Service): a service keeps its index across applies,
+    /// in every VIP; a new one takes a free index, listed so its block is zeroed.
+    #[test]
+    fn one_index_per_backend_service_kept_across_applies() {
+        let mut vip = test_vip(0, "198.18.0.1", (6, (80, 80), false), &[("10.0.0.1", 80)]);
+        vip.backends[0].counters = 3;
+        let old = State {
+            vips: vec![vip],
+            next_slot: 0,
+            next_epoch: 0,
+        };
+        let mut ids = CounterIds::new(&old);
+        let (kept, new): (Arc<str>, Arc<str>) = ("10.0.0.1".into(), "web-2".into());
+        assert_eq!(ids.of(&kept).unwrap(), 3);
+        assert_eq!(ids.of(&new).unwrap(), 0);
+        // The same service in another VIP: the same block.
+        assert_eq!(ids.of(&new).unwrap(), 0);
+        assert_eq!(ids.fresh, [0]);
+    }
+}
