@@ -23,6 +23,22 @@ pub struct Choice {
     pub ct_miss: bool,
 }
 
+impl Choice {
+    /// The backend a flow's entry names.
+    #[inline(always)]
+    fn of(v: &FlowValue, new_flow: bool, ct_miss: bool) -> Choice {
+        Choice {
+            slot: v.slot,
+            addr: *v.addr.words(),
+            port: v.port,
+            hop: v.hop,
+            counters: v.counters,
+            new_flow,
+            ct_miss,
+        }
+    }
+}
+
 /// The packet's flow as the maps hold it: address bytes, ports as numbers.
 #[inline(always)]
 pub fn key<H: IpHeader>(pkt: &Packet<H>) -> FlowKey {
@@ -116,48 +132,24 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
                 let v = unsafe { &mut *v };
                 // The backend the flow kept, while none of the VIP's slots changed.
                 if v.epoch == meta.epoch && v.vip_id == meta.vip_id {
-                    return Some(Choice {
-                        slot: v.slot,
-                        addr: *v.addr.words(),
-                        port: v.port,
-                        hop: v.hop,
-                        counters: v.counters,
-                        new_flow: false,
-                        ct_miss: false,
-                    });
+                    return Some(Choice::of(v, false, false));
                 }
                 // A flow keeps its backend while the slot is active (drained included);
                 // a failed or removed backend makes it re-hash below.
                 if let Some(b) = active_slot(v.slot, meta.vip_id) {
                     *v = entry(v.slot, b, meta);
-                    return Some(Choice {
-                        slot: v.slot,
-                        addr: *b.addr.words(),
-                        port: b.port,
-                        hop: b.hop,
-                        counters: b.counters,
-                        new_flow: false,
-                        ct_miss: false,
-                    });
+                    return Some(Choice::of(v, false, false));
                 }
             }
             None => ct_miss = true,
         }
     }
     let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
-    let b = active_slot(slot, meta.vip_id)?;
+    let value = entry(slot, active_slot(slot, meta.vip_id)?, meta);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
         // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
-        let _ = CONNS.insert(key, &entry(slot, b, meta), 0);
+        let _ = CONNS.insert(key, &value, 0);
     }
-    Some(Choice {
-        slot,
-        addr: *b.addr.words(),
-        port: b.port,
-        hop: b.hop,
-        counters: b.counters,
-        new_flow: true,
-        ct_miss,
-    })
+    Some(Choice::of(&value, true, ct_miss))
 }
