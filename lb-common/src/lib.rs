@@ -570,12 +570,13 @@ mod tests {
         assert_eq!(size_of::<VipMeta>(), 16);
         assert_eq!(size_of::<BackendSlot>(), 32);
         assert_eq!(size_of::<FlowKey>(), 40);
-        assert_eq!(size_of::<FlowValue>(), 8);
+        assert_eq!(size_of::<FlowValue>(), 40);
         assert_eq!(size_of::<NatReverse>(), 28);
-        assert_eq!(size_of::<Counters>(), 56);
+        assert_eq!(size_of::<Counters>(), 64);
         assert_eq!(size_of::<NextHop>(), 48);
-        assert_eq!(size_of::<NatTarget>(), 28);
-        assert_eq!(size_of::<NatTargets>(), 120);
+        assert_eq!(size_of::<NatTarget>(), 32);
+        assert_eq!(size_of::<NatTargets>(), 136);
+        assert_eq!(size_of::<FloodGuard>(), 16);
         // Addresses move as four words in the program.
         for align in [
             core::mem::align_of::<Addr>(),
@@ -584,6 +585,7 @@ mod tests {
             core::mem::align_of::<RangeData>(),
             core::mem::align_of::<BackendSlot>(),
             core::mem::align_of::<FlowKey>(),
+            core::mem::align_of::<FlowValue>(),
             core::mem::align_of::<NatReverse>(),
             core::mem::align_of::<NatTarget>(),
             core::mem::align_of::<NextHop>(),
