@@ -69,7 +69,7 @@ impl CounterIds {
 }
 
 /// A shared mapping of BACKEND_STATS.
-pub(crate) struct SlotCounters {
+pub(crate) struct ServiceCounters {
     base: *mut Counters,
     bytes: usize,
     cpus: usize,
@@ -80,14 +80,14 @@ pub(crate) struct SlotCounters {
 
 // SAFETY: the mapping belongs to this value alone; moving it to another thread moves the
 // only access to it.
-unsafe impl Send for SlotCounters {}
+unsafe impl Send for ServiceCounters {}
 // SAFETY: reads through `&self` are volatile reads of plain integers the program may be
 // updating; resets need `&mut self`.
-unsafe impl Sync for SlotCounters {}
+unsafe impl Sync for ServiceCounters {}
 
-impl SlotCounters {
-    /// Maps BACKEND_STATS, which holds `cpus` blocks per slot.
-    pub(crate) fn map(map: Map, cpus: usize) -> Result<SlotCounters> {
+impl ServiceCounters {
+    /// Maps BACKEND_STATS, which holds `cpus` blocks per Backend Service index.
+    pub(crate) fn map(map: Map, cpus: usize) -> Result<ServiceCounters> {
         let Map::Array(map) = map else {
             bail!("BACKEND_STATS is not an array");
         };
@@ -95,9 +95,9 @@ impl SlotCounters {
         // An array sized for fewer CPUs is refused by the kernel here.
         let (base, bytes) = sys::map_array(map.fd().as_fd(), entries * size_of::<Counters>())
             .with_context(|| {
-                format!("mapping BACKEND_STATS ({cpus} CPUs x {MAX_BACKEND_SLOTS} slots)")
+                format!("mapping BACKEND_STATS ({cpus} CPUs x {MAX_BACKEND_SLOTS} services)")
             })?;
-        Ok(SlotCounters {
+        Ok(ServiceCounters {
             base: base.cast(),
             bytes,
             cpus,
@@ -105,44 +105,44 @@ impl SlotCounters {
         })
     }
 
-    /// The block of `slot` on `cpu`.
-    fn block(&self, cpu: usize, slot: u32) -> Result<*mut Counters> {
-        if slot >= MAX_BACKEND_SLOTS || cpu >= self.cpus {
-            bail!("backend slot {slot} on CPU {cpu} is outside BACKEND_STATS");
+    /// The block of the service at `index` on `cpu`.
+    fn block(&self, cpu: usize, index: u32) -> Result<*mut Counters> {
+        if index >= MAX_BACKEND_SLOTS || cpu >= self.cpus {
+            bail!("counters index {index} on CPU {cpu} is outside BACKEND_STATS");
         }
-        // SAFETY: cpu * MAX + slot < cpus * MAX entries, all inside the mapping; the
-        // page-aligned base plus a multiple of 56 is aligned for the u64 fields.
+        // SAFETY: cpu * MAX + index < cpus * MAX entries, all inside the mapping; the
+        // page-aligned base plus a multiple of 64 is aligned for the u64 fields.
         Ok(unsafe {
             self.base
-                .add(cpu * MAX_BACKEND_SLOTS as usize + slot as usize)
+                .add(cpu * MAX_BACKEND_SLOTS as usize + index as usize)
         })
     }
 
-    /// The counters of `slot`, summed over the CPUs.
-    pub(crate) fn sum(&self, slot: u32) -> Result<Counters> {
+    /// The counters of the service at `index`, summed over the CPUs.
+    pub(crate) fn sum(&self, index: u32) -> Result<Counters> {
         let mut total = Counters::default();
         for cpu in 0..self.cpus {
             // SAFETY: `block` checked the index; the program may be adding to the block,
             // so the read is volatile (a torn sum is off by the packets of that moment).
-            let c = unsafe { self.block(cpu, slot)?.read_volatile() };
+            let c = unsafe { self.block(cpu, index)?.read_volatile() };
             total.add(&c);
         }
         Ok(total)
     }
 
-    /// Zeroes the counters of `slots` (slots given to a new backend).
-    pub(crate) fn reset(&mut self, slots: &[u32]) -> Result<()> {
-        for &slot in slots {
+    /// Zeroes the counters at `indexes` (indexes given to a new Backend Service).
+    pub(crate) fn reset(&mut self, indexes: &[u32]) -> Result<()> {
+        for &index in indexes {
             for cpu in 0..self.cpus {
                 // SAFETY: as in `sum`.
-                unsafe { self.block(cpu, slot)?.write_volatile(Counters::default()) };
+                unsafe { self.block(cpu, index)?.write_volatile(Counters::default()) };
             }
         }
         Ok(())
     }
 }
 
-impl Drop for SlotCounters {
+impl Drop for ServiceCounters {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping `map` made; the map keeps its contents.
         unsafe { libc::munmap(self.base.cast(), self.bytes) };

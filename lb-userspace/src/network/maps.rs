@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::counters::SlotCounters;
+use super::counters::ServiceCounters;
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
@@ -38,7 +38,7 @@ pub(crate) struct Maps {
     /// Generation of the next-hop cache: bumped to forget every entry.
     pub nexthop_gen: Array<MapData, u32>,
     pub vip_stats: PerCpuArray<MapData, Counters>,
-    pub backend_stats: SlotCounters,
+    pub backend_stats: ServiceCounters,
     pub global_stats: PerCpuArray<MapData, u64>,
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
@@ -92,7 +92,7 @@ impl Maps {
             nexthops: nexthops.try_into().context("NEXTHOPS")?,
             hops: hops.try_into().context("HOPS")?,
             vip_stats: vip_stats.try_into().context("VIP_STATS")?,
-            backend_stats: SlotCounters::map(
+            backend_stats: ServiceCounters::map(
                 backend_stats,
                 aya::util::nr_cpus().map_err(|(_, e)| e)?,
             )?,
