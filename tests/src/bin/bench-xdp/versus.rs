@@ -1,9 +1,11 @@
 //! Our program beside Katran's on the same IPv4 frames, in the same rounds: one new TCP
 //! flow, a TCP and a UDP connection-table hit, and a packet to no VIP, for 1 VIP x 3 backends
-//! and for 100 VIPs x 1,000 backends with 1,000,000 flows already in the tables (the timed
-//! flows are drawn from them at random, so their lookups miss the CPU caches as a busy
-//! balancer's do). Every program runs each frame once per call (NAT and Katran's IPIP rewrite
-//! the frame in place); the medians of many calls, less the fixed cost of a call, are the
+//! and for 100 VIPs x 1,000 backends with 1,000,000 flows already in the tables. In the large
+//! case every timed packet belongs to a flow no program has touched since it was put in, so
+//! its lookups miss the CPU caches as a busy balancer's do; the small case cycles through a
+//! few thousand flows that stay cached. Every program runs each frame once per call (NAT and
+//! Katran's IPIP rewrite the frame in place); in each round each program takes its turn on
+//! the same frames; the medians of many calls, less the fixed cost of a call, are the
 //! programs' own costs. Katran only encapsulates, so its figure stands beside both our modes.
 
 use std::net::Ipv4Addr;
@@ -24,8 +26,11 @@ const CALLS: usize = 10_000;
 const ROUNDS: usize = 5;
 /// Flows already in the tables for the large case.
 const PREFILLED: usize = 1_000_000;
-/// Distinct flows the timed frames cycle through.
-const TIMED_FLOWS: usize = 4096;
+/// Distinct flows the timed frames of the small case cycle through (they stay cached).
+const WARM_FLOWS: usize = 4096;
+/// Distinct flows of the large case: more than the calls of all rounds, so that no timed
+/// packet's flow is touched twice.
+const COLD_FLOWS: usize = 65_536;
 /// Least time between two new flows sent to Katran: its flood guard stops recording new
 /// flows above about 125,000 a second per CPU, which would time another path.
 const SYN_GAP: Duration = Duration::from_micros(10);
@@ -125,9 +130,9 @@ fn udp(client: (Ipv4Addr, u16), vip: Ipv4Addr) -> Vec<u8> {
 }
 
 /// Puts `PREFILLED` flows (or none for the small case) into every program's table, and
-/// builds the timed cases: hits on flows drawn from the filled ones, new flows that none
-/// has seen.
-fn cases(p: &mut Programs, vips: usize, prefill: usize) -> Result<Vec<Case>> {
+/// builds the timed cases: hits on `timed` flows each program has seen once since, new
+/// flows that none has seen.
+fn cases(p: &mut Programs, vips: usize, prefill: usize, timed: usize) -> Result<Vec<Case>> {
     let mut flows = Flows(0x9e37_79b9_7f4a_7c15);
     let started = Instant::now();
     let mut keys = Vec::with_capacity(prefill);
@@ -149,21 +154,22 @@ fn cases(p: &mut Programs, vips: usize, prefill: usize) -> Result<Vec<Case>> {
     // Hits: flows each program has seen once (Katran learns a flow from any packet).
     let mut hit_tcp = Vec::new();
     let mut hit_udp = Vec::new();
-    for i in 0..TIMED_FLOWS {
+    let mut last = Instant::now();
+    for i in 0..timed {
         let client = flows.client();
         let v = vip(i % vips);
         let ack = tcp(client, v, TCP_ACK);
         let dgram = udp(client, vip(0));
         for frame in [&ack, &dgram] {
+            pace(&mut last, SYN_GAP);
             p.nat.test_run(frame, None)?;
             p.dsr.test_run(frame, None)?;
             p.katran.test_run(frame)?;
-            std::thread::sleep(SYN_GAP);
         }
         hit_tcp.push(ack);
         hit_udp.push(dgram);
     }
-    let syn = (0..TIMED_FLOWS)
+    let syn = (0..timed)
         .map(|i| {
             let client = flows.client();
             tcp(client, vip(i % vips), TCP_SYN)
@@ -240,22 +246,31 @@ fn check(p: &Programs, case: &Case, backends: usize) -> Result<()> {
     Ok(())
 }
 
-/// Median single-run time of `run` over `CALLS` calls cycling through `frames`.
+/// One program's timed single run of a frame.
+type Runner<'a> = dyn Fn(&[u8]) -> Result<Duration> + 'a;
+
+/// Waits until `gap` has passed since `last`, then restarts it.
+fn pace(last: &mut Instant, gap: Duration) {
+    while last.elapsed() < gap {
+        std::hint::spin_loop();
+    }
+    *last = Instant::now();
+}
+
+/// Median single-run time of `run` over `CALLS` calls through `frames` from `first` on.
 fn median_single(
     frames: &[Vec<u8>],
+    first: usize,
     gap: Option<Duration>,
-    mut run: impl FnMut(&[u8]) -> Result<Duration>,
+    run: impl Fn(&[u8]) -> Result<Duration>,
 ) -> Result<f64> {
     let mut samples = Vec::with_capacity(CALLS);
     let mut last = Instant::now();
     for i in 0..CALLS {
         if let Some(gap) = gap {
-            while last.elapsed() < gap {
-                std::hint::spin_loop();
-            }
-            last = Instant::now();
+            pace(&mut last, gap);
         }
-        samples.push(run(&frames[i % frames.len()])?.as_nanos() as f64);
+        samples.push(run(&frames[(first + i) % frames.len()])?.as_nanos() as f64);
     }
     Ok(median(&samples))
 }
@@ -287,40 +302,39 @@ pub fn run(object: &[u8]) -> Result<()> {
     }
     pin_to_cpu0()?;
     let mut lines = Vec::new();
-    for (vips, backends, prefill) in [(1, 3, 0), (100, 1000, PREFILLED)] {
+    for (vips, backends, prefill, timed) in
+        [(1, 3, 0, WARM_FLOWS), (100, 1000, PREFILLED, COLD_FLOWS)]
+    {
         let mut p = load(object, vips, backends)?;
-        let cases = cases(&mut p, vips, prefill)?;
+        let cases = cases(&mut p, vips, prefill, timed)?;
         for case in &cases {
             check(&p, case, backends)?;
         }
         let non_vip = &cases[3].frames[0];
         // (case, program) -> per-round medians; programs 0 katran, 1 nat, 2 dsr.
         let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; cases.len()];
-        for _ in 0..ROUNDS {
+        let katran = |f: &[u8]| p.katran.bench_run(f, 1);
+        let nat = |f: &[u8]| p.nat.bench_run(f, 1);
+        let dsr = |f: &[u8]| p.dsr.bench_run(f, 1);
+        let runs: [&Runner; 3] = [&katran, &nat, &dsr];
+        for round in 0..ROUNDS {
             // The test-run machinery's fixed cost: a single run less the mean of many, on
             // a frame our program passes untouched.
-            let single = median_single(std::slice::from_ref(non_vip), None, |f| {
-                p.nat.bench_run(f, 1)
-            })?;
+            let single = median_single(std::slice::from_ref(non_vip), 0, None, nat)?;
             let overhead = (single - p.nat.bench_run(non_vip, REPEAT)?.as_nanos() as f64).max(0.0);
             for (c, case) in cases.iter().enumerate() {
                 let gap = case.new_flows.then_some(SYN_GAP);
-                let net = |ns: f64| (ns - overhead).max(0.0);
-                times[c][0].push(net(median_single(&case.frames, gap, |f| {
-                    p.katran.bench_run(f, 1)
-                })?));
-                times[c][1].push(net(median_single(&case.frames, gap, |f| {
-                    p.nat.bench_run(f, 1)
-                })?));
-                times[c][2].push(net(median_single(&case.frames, gap, |f| {
-                    p.dsr.bench_run(f, 1)
-                })?));
+                // Each round takes frames none has timed yet (all of them, in the large case).
+                for (times, run) in times[c].iter_mut().zip(runs) {
+                    let ns = median_single(&case.frames, round * CALLS, gap, run)?;
+                    times.push((ns - overhead).max(0.0));
+                }
             }
         }
         // A timed hit that missed our table would time the re-hash path instead.
         for (mode, dp) in [("nat", &p.nat), ("dsr", &p.dsr)] {
             let missed: u64 = dp.status()?.vips.iter().map(|v| v.counters.ct_misses).sum();
-            let warmed = 2 * TIMED_FLOWS as u64;
+            let warmed = 2 * timed as u64;
             if missed > warmed {
                 println!(
                     "versus {vips}x{backends} ours {mode}: {} timed packets missed the connection table",
