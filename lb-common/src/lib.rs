@@ -18,6 +18,9 @@ pub mod names {
     pub const VIPS: &str = "VIPS";
     /// Port Range VIPs: LPM trie of [`RangeData`](crate::RangeData) prefixes -> [`VipMeta`](crate::VipMeta).
     pub const RANGES: &str = "RANGES";
+    /// Exact VIPs by id: VIP id -> [`VipById`](crate::VipById) (its key and meta; zeroed for
+    /// ids of no exact VIP). A packet of a known flow finds its VIP here, without `VIPS`.
+    pub const VIP_BY_ID: &str = "VIP_BY_ID";
     /// VIP addresses that have Port Range or ANY-L3 entries: [`AddrKey`](crate::AddrKey) ->
     /// `u32` bit set of `ADDR_*` flags.
     pub const ADDRS: &str = "ADDRS";
@@ -191,8 +194,8 @@ impl Addr {
 /// next hop in `HOPS`; BACKEND_STATS is a plain array with a block per slot and CPU.
 /// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size; VIPs carry
 /// an epoch and flows a copy of their slot; counters take 64 bytes; `BACKEND_STATS` has a
-/// block per Backend Service instead of per slot.
-pub const LAYOUT_VERSION: u32 = 4;
+/// block per Backend Service instead of per slot. Version 5: the `VIP_BY_ID` map.
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -333,6 +336,19 @@ pub struct VipMeta {
     /// written: a flow whose connection-table entry holds another epoch reads its slot
     /// again instead of the backend the entry kept.
     pub epoch: u32,
+}
+
+/// An exact VIP as its id names it: a packet whose flow the connection table holds under
+/// this id belongs to this VIP while its destination is `key` (checked by the program), so
+/// the flow's packets need no hash lookup of the VIP. Zeroed (family 0, which no packet
+/// has) for the ids of Port Range and ANY-L3 VIPs and for ids in no use.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipById {
+    /// The VIP's key in `VIPS`.
+    pub key: VipKey,
+    /// The VIP's meta, as in `VIPS`.
+    pub meta: VipMeta,
 }
 
 /// One backend in one VIP's list.
@@ -547,6 +563,7 @@ mod pod {
     unsafe impl aya::Pod for super::VipKey {}
     unsafe impl aya::Pod for super::RangeData {}
     unsafe impl aya::Pod for super::VipMeta {}
+    unsafe impl aya::Pod for super::VipById {}
     unsafe impl aya::Pod for super::BackendSlot {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowValue {}
@@ -568,6 +585,7 @@ mod tests {
         assert_eq!(size_of::<VipKey>(), 20);
         assert_eq!(size_of::<RangeData>(), 20);
         assert_eq!(size_of::<VipMeta>(), 16);
+        assert_eq!(size_of::<VipById>(), 36);
         assert_eq!(size_of::<BackendSlot>(), 32);
         assert_eq!(size_of::<FlowKey>(), 40);
         assert_eq!(size_of::<FlowValue>(), 40);

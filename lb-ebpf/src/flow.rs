@@ -5,9 +5,11 @@ use lb_common::{
 };
 
 use crate::flood;
+use crate::headers::{IPPROTO_TCP, IPPROTO_UDP};
 use crate::ip::IpHeader;
-use crate::maps::{BACKENDS, CONNS, MAGLEV};
+use crate::maps::{BACKENDS, CONNS, MAGLEV, VIP_BY_ID};
 use crate::parse::Packet;
+use crate::stats::Event;
 
 /// Result of choosing a backend for one packet.
 pub struct Choice {
@@ -36,6 +38,61 @@ impl Choice {
             new_flow,
             ct_miss,
         }
+    }
+}
+
+impl Choice {
+    /// What a packet of `bytes` sent this way counts.
+    #[inline(always)]
+    pub fn event(&self, bytes: u64) -> Event {
+        Event {
+            bytes,
+            new_flow: self.new_flow,
+            ct_miss: self.ct_miss,
+        }
+    }
+}
+
+/// What the connection table says of a TCP or UDP packet before its VIP is looked up.
+pub enum Known {
+    /// A flow of an exact VIP whose key is the packet's destination (so the VIP that
+    /// `vip::find` would find first) and whose slots have not changed since the flow's copy
+    /// was taken: the VIP and the backend, without a VIP lookup.
+    Fast(VipMeta, Choice),
+    /// No such flow in the table.
+    Absent,
+    /// Anything else (a SYN, another protocol, a Port Range or ANY-L3 VIP's flow, a copy
+    /// of another epoch): the VIP is looked up, and the flow again.
+    Other,
+}
+
+/// Looks up the flow of `key` (not a SYN's: a SYN always selects afresh) and, when it is a
+/// known flow of an exact VIP, that VIP in `VIP_BY_ID`.
+#[inline(always)]
+pub fn known(key: &FlowKey, is_syn: bool) -> Known {
+    if is_syn || (key.proto != IPPROTO_TCP && key.proto != IPPROTO_UDP) {
+        return Known::Other;
+    }
+    let Some(v) = CONNS.get_ptr_mut(key) else {
+        return Known::Absent;
+    };
+    // SAFETY: a pointer into the map's value, checked non-null by the lookup.
+    let v = unsafe { &*v };
+    let Some(e) = VIP_BY_ID.get(v.vip_id) else {
+        return Known::Other;
+    };
+    let (a, b) = (e.key.addr.words(), key.dst.words());
+    let mine = a[0] == b[0]
+        && a[1] == b[1]
+        && a[2] == b[2]
+        && a[3] == b[3]
+        && e.key.port == key.dport
+        && e.key.proto == key.proto
+        && e.key.family == key.family;
+    if mine && e.meta.epoch == v.epoch {
+        Known::Fast(e.meta, Choice::of(v, false, false))
+    } else {
+        Known::Other
     }
 }
 
@@ -121,12 +178,14 @@ fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
     }
 }
 
-/// Picks the backend for `key` on the VIP `meta`. `None`: the VIP has no usable backend.
+/// Picks the backend for `key` on the VIP `meta`; `absent`: the connection table was just
+/// found not to hold the flow. `None`: the VIP has no usable backend.
 #[inline(always)]
-pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool) -> Option<Choice> {
+pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Option<Choice> {
     let mut ct_miss = false;
     if !is_syn {
-        match CONNS.get_ptr_mut(key) {
+        let found = if absent { None } else { CONNS.get_ptr_mut(key) };
+        match found {
             Some(v) => {
                 // SAFETY: a pointer into the map's value, checked non-null by the lookup.
                 let v = unsafe { &mut *v };

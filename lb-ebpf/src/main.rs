@@ -28,6 +28,7 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::*;
 
 use crate::fib::{Egress, Miss};
+use crate::flow::Known;
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
 use crate::maps::{NAT_REV, PROGS};
@@ -95,10 +96,32 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         unsafe { PROGS.tail_call(ctx, PROG_ICMP_ERROR) };
     }
     if filter::may_be_vip(&pkt.daddr) {
+        // Before a slot or a flow's copy of one is read: see `fib::generation`.
+        let generation = fib::generation();
+        let key = flow::key(pkt);
+        let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
+        // A known flow of an exact VIP names its VIP and backend: one hash lookup.
+        let absent = match flow::known(&key, is_syn) {
+            Known::Fast(meta, choice) => {
+                if ttl_expired(pkt, &meta) {
+                    return xdp_action::XDP_PASS;
+                }
+                stats::forwarded(meta.vip_id, choice.counters, &choice.event(pkt.len));
+                return forward(ctx, pkt, &meta, (&key, &choice), generation);
+            }
+            Known::Absent => true,
+            Known::Other => false,
+        };
         if let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) {
-            return to_backend(ctx, pkt, &meta);
+            return to_backend(ctx, pkt, &meta, (&key, is_syn, absent), generation);
         }
     }
+    not_for_us(ctx, pkt)
+}
+
+/// A packet to no VIP: a NAT reply, or the kernel's.
+#[inline(always)]
+fn not_for_us<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     if filter::may_be_nat_backend(&pkt.saddr) {
         // Returns only when the program is not there.
         unsafe { PROGS.tail_call(ctx, PROG_NAT_REPLY) };
@@ -107,28 +130,50 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     xdp_action::XDP_PASS
 }
 
-/// Client -> VIP: choose a backend and forward.
+/// A NAT packet whose hop limit would end here goes to the kernel (which answers it).
 #[inline(always)]
-fn to_backend<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, meta: &VipMeta) -> u32 {
-    let dsr = meta.flags & VIP_F_DSR != 0;
-    if !dsr && unsafe { H::hop_limit(pkt.ip) } <= 1 {
+fn ttl_expired<H: IpHeader>(pkt: &Packet<H>, meta: &VipMeta) -> bool {
+    let expired = meta.flags & VIP_F_DSR == 0 && unsafe { H::hop_limit(pkt.ip) } <= 1;
+    if expired {
         stats::global(GLOBAL_TTL_EXPIRED);
+    }
+    expired
+}
+
+/// Client -> VIP: choose a backend and forward. `flow`: the packet's flow key, whether it
+/// is a TCP SYN, and whether the connection table has already been found not to hold it.
+#[inline(always)]
+fn to_backend<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    meta: &VipMeta,
+    flow: (&FlowKey, bool, bool),
+    generation: u32,
+) -> u32 {
+    let (key, is_syn, absent) = flow;
+    if ttl_expired(pkt, meta) {
         return xdp_action::XDP_PASS;
     }
-    // Before the slot is read: see `fib::generation`.
-    let generation = fib::generation();
-    let key = flow::key(pkt);
-    let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
-    let Some(choice) = flow::choose(&key, meta, is_syn) else {
+    let Some(choice) = flow::choose(key, meta, is_syn, absent) else {
         stats::dropped(meta.vip_id);
         return xdp_action::XDP_DROP;
     };
-    let ev = stats::Event {
-        bytes: pkt.len,
-        new_flow: choice.new_flow,
-        ct_miss: choice.ct_miss,
-    };
-    stats::forwarded(meta.vip_id, choice.counters, &ev);
+    stats::forwarded(meta.vip_id, choice.counters, &choice.event(pkt.len));
+    forward(ctx, pkt, meta, (key, &choice), generation)
+}
+
+/// Forwards a packet to the backend `flow.1` chose for the flow `flow.0`: next hop, then
+/// the NAT rewrite (and reverse entry) or DSR as is.
+#[inline(always)]
+fn forward<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    meta: &VipMeta,
+    flow: (&FlowKey, &flow::Choice),
+    generation: u32,
+) -> u32 {
+    let (key, choice) = flow;
+    let dsr = meta.flags & VIP_F_DSR != 0;
     let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);

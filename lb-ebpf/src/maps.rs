@@ -8,8 +8,8 @@ use aya_ebpf::{
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
     FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS,
-    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData, VipKey,
-    VipMeta,
+    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData,
+    VipById, VipKey, VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -37,6 +37,10 @@ pub static ADDRS: HashMap<AddrKey, u32, { MAX_ADDRS as usize }> = HashMap::new()
 /// Exact (address, protocol, port) VIPs and ANY-L3 VIPs.
 #[btf_map]
 pub static VIPS: HashMap<VipKey, VipMeta, { MAX_VIPS as usize }> = HashMap::new();
+
+/// Exact VIPs by id, for the packets of known flows (see `flow::known`).
+#[btf_map]
+pub static VIP_BY_ID: Array<VipById, { MAX_VIPS as usize }> = Array::new();
 
 /// Port Range VIPs, each range stored as the prefixes that cover it.
 #[btf_map]

@@ -279,7 +279,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         }
     }
     let addr = ["addr", "family"];
-    let checks: [(&str, &[&str], &[&str]); 17] = [
+    let checks: [(&str, &[&str], &[&str]); 18] = [
         ("ADDRS", &addr, &[]),
         (
             "VIPS",
@@ -287,6 +287,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
             &["vip_id", "table_size"],
         ),
         ("RANGES", &["prefix_len", "data"], &["vip_id", "table_size"]),
+        ("VIP_BY_ID", &[], &["key", "meta"]),
         (
             "BACKENDS",
             &[],

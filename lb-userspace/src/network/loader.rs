@@ -24,7 +24,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 18] = [
+const MAP_NAMES: [&str; 19] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -43,6 +43,7 @@ const MAP_NAMES: [&str; 18] = [
     names::NAT_BACKENDS,
     names::LAYOUT,
     names::FLOOD_GUARD,
+    names::VIP_BY_ID,
 ];
 
 /// How to load the data path.

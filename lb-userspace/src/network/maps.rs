@@ -9,13 +9,15 @@ use aya::maps::{
 };
 use lb_common::{
     AddrKey, BackendSlot, Counters, FloodGuard, FlowKey, FlowValue, NatReverse, NatTargets,
-    NextHop, RangeData, VipKey, VipMeta,
+    NextHop, RangeData, VipById, VipKey, VipMeta,
 };
 
 /// One handle per map.
 pub(crate) struct Maps {
     pub addrs: HashMap<MapData, AddrKey, u32>,
     pub vips: HashMap<MapData, VipKey, VipMeta>,
+    /// Exact VIPs by id (`VipById`), written beside `vips`.
+    pub vip_by_id: Array<MapData, VipById>,
     pub ranges: LpmTrie<MapData, RangeData, VipMeta>,
     pub backends: Array<MapData, BackendSlot>,
     pub maglev: ArrayOfMaps<MapData, Array<MapData, u32>>,
@@ -103,6 +105,7 @@ impl Maps {
             nat_backends: next("NAT_BACKENDS")?.try_into().context("NAT_BACKENDS")?,
             layout: next("LAYOUT")?.try_into().context("LAYOUT")?,
             flood_guard: next("FLOOD_GUARD")?.try_into().context("FLOOD_GUARD")?,
+            vip_by_id: next("VIP_BY_ID")?.try_into().context("VIP_BY_ID")?,
         })
     }
 

@@ -14,7 +14,7 @@ use aya::maps::lpm_trie::Key;
 use lb_common::{
     ADDR_VIP_ANY, ADDR_VIP_RANGE, Addr, AddrKey, BackendSlot, MAX_BACKEND_SLOTS, MAX_VIPS,
     PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_FLOOD_GUARD,
-    VIP_F_REVERSE_ENTRY, VipKey, VipMeta,
+    VIP_F_REVERSE_ENTRY, VipById, VipKey, VipMeta,
 };
 
 use tracing::debug;
@@ -476,11 +476,20 @@ fn write_vip_entries(maps: &mut Maps, old: &State, new: &State, trust_old: bool)
     Ok(())
 }
 
-/// Writes a VIP's entries: its exact key or its Port Range prefixes, each with its `meta`.
+/// Writes a VIP's entries: its exact key or its Port Range prefixes, each with its `meta`,
+/// and its entry by id (zeroed unless it is an exact VIP).
 fn write_entries(maps: &mut Maps, v: &VipState) -> Result<()> {
+    let mut by_id = VipById::default();
     if let Some(k) = exact_key(v) {
         maps.vips.insert(k, meta(v), 0).context("writing VIPS")?;
+        by_id = VipById {
+            key: k,
+            meta: meta(v),
+        };
     }
+    maps.vip_by_id
+        .set(v.vip_id, by_id, 0)
+        .context("writing VIP_BY_ID")?;
     for k in range_keys(v) {
         maps.ranges
             .insert(&k, meta(v), 0)
@@ -535,9 +544,15 @@ fn remove_stale(maps: &mut Maps, old: &State, new: &State, used: &IndexSet) -> R
         .flat_map(range_keys)
         .map(|k| (k.prefix_len(), k.data()))
         .collect();
+    let live_ids: HashSet<u32> = new.vips.iter().map(|v| v.vip_id).collect();
     for v in &old.vips {
         if let Some(k) = exact_key(v).filter(|k| !live_exact.contains(k)) {
             let _ = maps.vips.remove(&k);
+        }
+        if !live_ids.contains(&v.vip_id) {
+            maps.vip_by_id
+                .set(v.vip_id, VipById::default(), 0)
+                .context("clearing VIP_BY_ID")?;
         }
         for k in range_keys(v) {
             if !live_ranges.contains(&(k.prefix_len(), k.data())) {
