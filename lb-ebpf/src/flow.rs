@@ -61,16 +61,16 @@ pub enum Known {
     Fast(VipMeta, Choice),
     /// No such flow in the table.
     Absent,
-    /// Anything else (a SYN, another protocol, a Port Range or ANY-L3 VIP's flow, a copy
+    /// Anything else (another protocol, a Port Range or ANY-L3 VIP's flow, a copy
     /// of another epoch): the VIP is looked up, and the flow again.
     Other,
 }
 
-/// Looks up the flow of `key` (not a SYN's: a SYN always selects afresh) and, when it is a
-/// known flow of an exact VIP, that VIP in `VIP_BY_ID`.
+/// Looks up the flow of `key` (a packet other than a TCP SYN, which always selects afresh)
+/// and, when it is a known flow of an exact VIP, that VIP in `VIP_BY_ID`.
 #[inline(always)]
-pub fn known(key: &FlowKey, is_syn: bool) -> Known {
-    if is_syn || (key.proto != IPPROTO_TCP && key.proto != IPPROTO_UDP) {
+pub fn known(key: &FlowKey) -> Known {
+    if key.proto != IPPROTO_TCP && key.proto != IPPROTO_UDP {
         return Known::Other;
     }
     let Some(v) = CONNS.get_ptr_mut(key) else {

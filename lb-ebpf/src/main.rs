@@ -96,12 +96,21 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         unsafe { PROGS.tail_call(ctx, PROG_ICMP_ERROR) };
     }
     if filter::may_be_vip(&pkt.daddr) {
+        if pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN {
+            // A SYN always selects afresh: its VIP first, as for any new flow.
+            let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) else {
+                return not_for_us(ctx, pkt);
+            };
+            // Before a slot is read: see `fib::generation`.
+            let generation = fib::generation();
+            let key = flow::key(pkt);
+            return to_backend(ctx, pkt, &meta, (&key, true, false), generation);
+        }
         // Before a slot or a flow's copy of one is read: see `fib::generation`.
         let generation = fib::generation();
         let key = flow::key(pkt);
-        let is_syn = pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
         // A known flow of an exact VIP names its VIP and backend: one hash lookup.
-        let absent = match flow::known(&key, is_syn) {
+        let absent = match flow::known(&key) {
             Known::Fast(meta, choice) => {
                 if ttl_expired(pkt, &meta) {
                     return xdp_action::XDP_PASS;
@@ -113,7 +122,7 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
             Known::Other => false,
         };
         if let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) {
-            return to_backend(ctx, pkt, &meta, (&key, is_syn, absent), generation);
+            return to_backend(ctx, pkt, &meta, (&key, false, absent), generation);
         }
     }
     not_for_us(ctx, pkt)
