@@ -39,9 +39,7 @@ impl Choice {
             ct_miss,
         }
     }
-}
 
-impl Choice {
     /// What a packet of `bytes` sent this way counts.
     #[inline(always)]
     pub fn event(&self, bytes: u64) -> Event {
