@@ -79,14 +79,8 @@ pub fn known(key: &FlowKey) -> Known {
     let Some(e) = VIP_BY_ID.get(v.vip_id) else {
         return Known::Other;
     };
-    let (a, b) = (e.key.addr.words(), key.dst.words());
-    let mine = a[0] == b[0]
-        && a[1] == b[1]
-        && a[2] == b[2]
-        && a[3] == b[3]
-        && e.key.port == key.dport
-        && e.key.proto == key.proto
-        && e.key.family == key.family;
+    let mine = e.key.addr.words() == key.dst.words()
+        && (e.key.port, e.key.proto, e.key.family) == (key.dport, key.proto, key.family);
     if mine && e.meta.epoch == v.epoch {
         Known::Fast(e.meta, Choice::of(v, false, false))
     } else {
