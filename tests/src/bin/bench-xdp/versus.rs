@@ -324,7 +324,8 @@ pub fn run(object: &[u8]) -> Result<()> {
             let overhead = (single - p.nat.bench_run(non_vip, REPEAT)?.as_nanos() as f64).max(0.0);
             for (c, case) in cases.iter().enumerate() {
                 let gap = case.new_flows.then_some(SYN_GAP);
-                // Each round takes frames none has timed yet (all of them, in the large case).
+                // Each round goes on where the last stopped: in the large case, on frames
+                // no round has timed.
                 for (times, run) in times[c].iter_mut().zip(runs) {
                     let ns = median_single(&case.frames, round * CALLS, gap, run)?;
                     times.push((ns - overhead).max(0.0));
