@@ -59,6 +59,8 @@ pub fn check(
 
 /// S-MT3: nothing sent after a Maintenance call answered (and before the "off" call was
 /// sent) reaches that server: HTTP requests of either list, L7 TCP connections and streams.
+/// Stamps are whole milliseconds, so a request stamped in the millisecond of the answer
+/// may have been sent before it: only a later millisecond proves "after".
 fn maintenance(events: &[Event], mt: &[MtWindow], f: &mut Findings) {
     for w in mt {
         for e in events {
@@ -69,7 +71,7 @@ fn maintenance(events: &[Event], mt: &[MtWindow], f: &mut Findings) {
             };
             if same_vs
                 && e.backend == Some(w.backend)
-                && e.sent >= w.on_answered
+                && e.sent > w.on_answered
                 && e.sent < w.off_sent
             {
                 f.violations.push(Violation {
@@ -330,16 +332,18 @@ mod tests {
             on_answered: 1000,
             off_sent: 2000,
         };
+        // 1000: stamped in the answer's millisecond, so possibly sent before it.
         let events = [
             answer(1, 990),
             answer(1, 1000),
+            answer(1, 1001),
             answer(1, 2000),
             answer(2, 1500),
         ];
         let f = check(&events, &[], &[], &[w]);
         assert_eq!(f.violations.len(), 1, "{:?}", f.violations);
         assert_eq!(f.violations[0].rule, "S-MT3");
-        assert_eq!(f.violations[0].at, 1000);
+        assert_eq!(f.violations[0].at, 1001);
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //! - S-MT3: a Maintenance call's interval runs from the moment its "on" call answered to the
 //!   moment the "off" call was sent. Any HTTP request (either list) or L7 TCP connection or
 //!   stream *sent* in that interval and answered by that server is a violation. No
-//!   tolerance: the API answers once traffic follows the change.
+//!   tolerance: the API answers once traffic follows the change. Records are stamped in
+//!   whole milliseconds, so the interval starts with the millisecond after the answer's (a
+//!   request stamped in the same one may have been sent before the answer).
 //! - S-BK1 / S-BK3 (HTTP, per answer from a backup): the daemon's own lists are polled from
 //!   `GET /api/v1/vservices/web` every 100 ms (what the proxy follows; a returning main is
 //!   not "available" until the daemon's list shows it eligible, so the reflection delays are
