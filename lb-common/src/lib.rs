@@ -33,8 +33,9 @@ pub mod names {
     /// LRU reverse NAT table: reply-direction [`FlowKey`](crate::FlowKey) -> [`NatReverse`](crate::NatReverse),
     /// written only for the VIPs flagged [`VIP_F_REVERSE_ENTRY`](crate::VIP_F_REVERSE_ENTRY).
     pub const NAT_REV: &str = "NAT_REV";
-    /// NAT backends: [`AddrKey`](crate::AddrKey) of a backend's address ->
-    /// [`NatTargets`](crate::NatTargets), the VIPs whose replies it sends.
+    /// NAT backends: [`NatBackendKey`](crate::NatBackendKey) (a backend's address and the
+    /// port its replies come from, 0 for any) -> [`NatTargets`](crate::NatTargets), the VIPs
+    /// whose replies it sends.
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     /// Per-CPU counters per VIP id.
     pub const VIP_STATS: &str = "VIP_STATS";
@@ -195,7 +196,8 @@ impl Addr {
 /// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size; VIPs carry
 /// an epoch and flows a copy of their slot; counters take 64 bytes; `BACKEND_STATS` has a
 /// block per Backend Service instead of per slot. Version 5: the `VIP_BY_ID` map.
-pub const LAYOUT_VERSION: u32 = 5;
+/// Version 6: `NAT_BACKENDS` keyed by backend address and port.
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -211,7 +213,8 @@ pub const ADDR_VIP_ANY: u32 = 1 << 2;
 pub const VIP_F_DSR: u32 = 1;
 
 /// `VipMeta.flags`: a NAT VIP whose replies do not tell its port (a Port Range forwarded to
-/// one backend port, or a backend address shared by more than [`MAX_NAT_TARGETS`] VIPs):
+/// one backend port, or a backend address and port shared by more than [`MAX_NAT_TARGETS`]
+/// VIPs):
 /// each new flow also writes a `NAT_REV` entry. Other NAT VIPs find a reply's flow from
 /// `NAT_BACKENDS` and the connection table, so a new flow costs one table insert.
 pub const VIP_F_REVERSE_ENTRY: u32 = 2;
@@ -221,8 +224,9 @@ pub const VIP_F_REVERSE_ENTRY: u32 = 2;
 /// `NAT_BACKENDS` targets carry the table size); every other VIP records every flow.
 pub const VIP_F_FLOOD_GUARD: u32 = 4;
 
-/// Most VIPs one `NAT_BACKENDS` entry names (a backend address shared by several NAT VIPs);
-/// a VIP beyond them uses reverse entries.
+/// Most VIPs one `NAT_BACKENDS` entry names (a backend address and port shared by several
+/// NAT VIPs); a VIP beyond them uses reverse entries. A server that runs each service on its
+/// own port names each under its own entry, so it may serve any number of NAT VIPs.
 pub const MAX_NAT_TARGETS: usize = 4;
 
 /// `BackendSlot.flags`: the slot is in use and its backend may keep flows.
@@ -273,6 +277,22 @@ pub const GLOBAL_FLOOD_UNRECORDED: u32 = 12;
 pub const MAX_IPV6_EXT_HEADERS: usize = 4;
 /// Number of global counters.
 pub const GLOBAL_COUNT: u32 = 16;
+
+/// Key of the `NAT_BACKENDS` map: a reply's source. Replies of the VIPs whose backends keep
+/// the client's port (ANY-L3, Port Ranges) may come from any port: those VIPs are named under
+/// port 0, which a reply looks up after its own port.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatBackendKey {
+    /// The backend's address, wire order.
+    pub addr: Addr,
+    /// The port its replies come from (host order); 0: any.
+    pub port: u16,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+    /// Reserved, zero.
+    pub pad: u8,
+}
 
 /// Key of the `ADDRS` and `NEXTHOPS` maps.
 #[repr(C)]
@@ -560,6 +580,7 @@ mod pod {
     // SAFETY: all of these are #[repr(C)] plain data with explicit padding fields,
     // so every bit pattern is valid and there are no implicit holes.
     unsafe impl aya::Pod for super::AddrKey {}
+    unsafe impl aya::Pod for super::NatBackendKey {}
     unsafe impl aya::Pod for super::VipKey {}
     unsafe impl aya::Pod for super::RangeData {}
     unsafe impl aya::Pod for super::VipMeta {}
@@ -582,6 +603,7 @@ mod tests {
     #[test]
     fn layouts_have_no_hidden_padding() {
         assert_eq!(size_of::<AddrKey>(), 20);
+        assert_eq!(size_of::<NatBackendKey>(), 20);
         assert_eq!(size_of::<VipKey>(), 20);
         assert_eq!(size_of::<RangeData>(), 20);
         assert_eq!(size_of::<VipMeta>(), 16);
@@ -599,6 +621,7 @@ mod tests {
         for align in [
             core::mem::align_of::<Addr>(),
             core::mem::align_of::<AddrKey>(),
+            core::mem::align_of::<NatBackendKey>(),
             core::mem::align_of::<VipKey>(),
             core::mem::align_of::<RangeData>(),
             core::mem::align_of::<BackendSlot>(),

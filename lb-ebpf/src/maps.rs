@@ -8,8 +8,8 @@ use aya_ebpf::{
 use lb_common::{
     AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
     FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS,
-    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatReverse, NatTargets, NextHop, RangeData,
-    VipById, VipKey, VipMeta,
+    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey, NatReverse, NatTargets, NextHop,
+    RangeData, VipById, VipKey, VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -68,9 +68,9 @@ pub static MAGLEV: ArrayOfMaps<
 pub static CONNS: LruHashMap<FlowKey, FlowValue, { DEFAULT_CONN_TABLE_SIZE as usize }, SHARED_LRU> =
     LruHashMap::new();
 
-/// The VIPs each NAT backend address serves, for reversing replies.
+/// The VIPs each NAT backend address and port serves, for reversing replies.
 #[btf_map]
-pub static NAT_BACKENDS: HashMap<AddrKey, NatTargets, { MAX_BACKEND_SLOTS as usize }> =
+pub static NAT_BACKENDS: HashMap<NatBackendKey, NatTargets, { MAX_BACKEND_SLOTS as usize }> =
     HashMap::new();
 
 /// Reverse NAT entries (backend -> client direction), for `VIP_F_REVERSE_ENTRY` VIPs only.

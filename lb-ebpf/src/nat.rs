@@ -1,12 +1,14 @@
 //! Which NAT flow a packet from a backend belongs to, without an entry per flow: the
-//! backend's address names the VIPs it serves, with the port and protocol of each
+//! backend's address and port name the VIPs it serves, with the protocol of each
 //! (`NAT_BACKENDS`, written by userspace), and the connection table holds the flow
 //! client -> VIP pinned to it. So a
 //! new NAT flow costs one table insert, as a DSR one does (none when the flood guard
 //! leaves it unrecorded: its reply finds the backend by Maglev, as its packets do). VIPs
 //! whose replies do not tell their port keep a reverse entry per flow (`NAT_REV`).
 
-use lb_common::{AddrKey, FlowKey, MAX_NAT_TARGETS, NatReverse, NatTarget, NatTargets, PROTO_ANY};
+use lb_common::{
+    FlowKey, MAX_NAT_TARGETS, NatBackendKey, NatReverse, NatTarget, NatTargets, PROTO_ANY,
+};
 
 use crate::flood;
 use crate::flow::maglev_slot;
@@ -26,16 +28,23 @@ pub enum Found {
 }
 
 /// The flow of a packet `reply` (backend:bport -> client:cport), if it is a NAT flow of
-/// ours: written to `out`. Recorded flows first (every VIP the backend serves), then,
-/// while the flood guard may leave flows unrecorded, where Maglev sends them.
+/// ours: written to `out`. Recorded flows first (the VIPs the backend serves from the
+/// reply's port, which userspace lists with those it serves from any port; else those
+/// alone), then, while the flood guard may leave flows unrecorded, where Maglev sends them.
 #[inline(always)]
 pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> Found {
-    let key = AddrKey {
+    let mut key = NatBackendKey {
         addr: reply.src,
+        port: reply.sport,
         family: reply.family,
-        pad: [0; 3],
+        pad: 0,
     };
-    if let Some(targets) = unsafe { NAT_BACKENDS.get(&key) } {
+    let mut targets = unsafe { NAT_BACKENDS.get(&key) };
+    if targets.is_none() && key.port != 0 {
+        key.port = 0;
+        targets = unsafe { NAT_BACKENDS.get(&key) };
+    }
+    if let Some(targets) = targets {
         if recorded(reply, targets, out) {
             return Found::Recorded;
         }

@@ -311,7 +311,11 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         ("HOPS", &[], &["addr", "ifindex", "smac", "dmac", "expires"]),
         ("NEXTHOP_GEN", &[], &[]),
         ("LAYOUT", &[], &[]),
-        ("NAT_BACKENDS", &addr, &["len", "targets"]),
+        (
+            "NAT_BACKENDS",
+            &["addr", "port", "family"],
+            &["len", "targets"],
+        ),
         ("ADDR_FILTER", &[], &[]),
         (
             "VIP_STATS",

@@ -8,8 +8,8 @@ use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, FloodGuard, FlowKey, FlowValue, NatReverse, NatTargets,
-    NextHop, RangeData, VipById, VipKey, VipMeta,
+    AddrKey, BackendSlot, Counters, FloodGuard, FlowKey, FlowValue, NatBackendKey, NatReverse,
+    NatTargets, NextHop, RangeData, VipById, VipKey, VipMeta,
 };
 
 /// One handle per map.
@@ -45,7 +45,7 @@ pub(crate) struct Maps {
     /// Programs reached by tail call (written once at load).
     pub progs: ProgramArray<MapData>,
     /// The VIPs of each NAT backend (`network::nat`).
-    pub nat_backends: HashMap<MapData, AddrKey, NatTargets>,
+    pub nat_backends: HashMap<MapData, NatBackendKey, NatTargets>,
     /// The address filter (`network::filter`).
     pub filter: Array<MapData, u64>,
     /// The layout version these maps were written with (`LAYOUT_VERSION`).

@@ -1,6 +1,7 @@
-//! `NAT_BACKENDS`: for every NAT backend address, the VIPs whose flows it serves (with the
-//! port and protocol of each), so the data path finds a reply's flow in the connection table instead of
-//! writing a reverse entry for every new flow.
+//! `NAT_BACKENDS`: for every NAT backend address and port, the VIPs whose flows it serves
+//! (with the protocol of each), so the data path finds a reply's flow in the connection table
+//! instead of writing a reverse entry for every new flow. A server running several services,
+//! each on its own port, names each service's VIPs under its own entry.
 //!
 //! Entries are written before the slots and VIPs that send flows to a backend (a reply of
 //! the first flow already finds its VIP) and removed after them. A VIP named in the entries
@@ -11,16 +12,15 @@
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context, Result};
-use lb_common::{Addr, AddrKey, MAX_NAT_TARGETS, NatTarget, NatTargets, PROTO_ANY};
+use lb_common::{Addr, MAX_NAT_TARGETS, NatBackendKey, NatTarget, NatTargets, PROTO_ANY};
 
 use super::maps::Maps;
 use super::state::{State, VipState};
-use super::writer::addr_key;
 
 /// What `NAT_BACKENDS` holds for one written state.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct NatBackends {
-    entries: HashMap<AddrKey, NatTargets>,
+    entries: HashMap<NatBackendKey, NatTargets>,
     /// Ids of the NAT VIPs left out: they keep reverse entries.
     reverse: HashSet<u32>,
     /// Ids of the NAT VIPs whose replies are found by Maglev when their flows are not
@@ -47,9 +47,20 @@ fn ports_of(v: &VipState, port: u16) -> Option<(u16, u16)> {
     }
 }
 
+/// The key replies from `addr` and `port` (0: any port) are looked up by.
+fn nat_key(addr: std::net::IpAddr, port: u16) -> NatBackendKey {
+    let (addr, family) = Addr::from_ip(addr);
+    NatBackendKey {
+        addr,
+        port,
+        family,
+        pad: 0,
+    }
+}
+
 /// The targets a reply of `v` can be traced by, one per backend address and port; true
 /// when some backend's replies cannot name the VIP.
-fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
+fn targets_of(v: &VipState) -> (Vec<(NatBackendKey, NatTarget)>, bool) {
     let (vip_addr, _) = Addr::from_ip(v.address);
     let mut targets = Vec::new();
     let mut untraceable = false;
@@ -68,7 +79,7 @@ fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
             // Filled in by `plan` for the VIPs the flood guard may leave unrecorded.
             table_size: 0,
         };
-        let key = addr_key(b.address);
+        let key = nat_key(b.address, backend_port);
         if !targets.contains(&(key, target)) {
             targets.push((key, target));
         }
@@ -77,19 +88,21 @@ fn targets_of(v: &VipState) -> (Vec<(AddrKey, NatTarget)>, bool) {
 }
 
 /// A NAT VIP, the targets its replies are traced by, and whether some cannot be.
-type Wanted<'a> = (&'a VipState, Vec<(AddrKey, NatTarget)>, bool);
+type Wanted<'a> = (&'a VipState, Vec<(NatBackendKey, NatTarget)>, bool);
 
 /// The NAT VIPs whose unrecorded flows' replies Maglev finds without doubt: TCP VIPs of
 /// one port (a reply names its backend port), without reverse entries, and whose every
-/// backend address and port answers for no other VIP (else a reply could be another VIP's
-/// flow). UDP VIPs always record their flows: a backend's own datagrams from its service
-/// port (a resolver's queries from port 53) would pass for replies.
+/// backend address and port answers for no other VIP, of that port or of any port (else a
+/// reply could be another VIP's flow). UDP VIPs always record their flows: a backend's own
+/// datagrams from its service port (a resolver's queries from port 53) would pass for
+/// replies.
 fn guarded(
     wanted: &[Wanted],
-    out: &HashMap<AddrKey, NatTargets>,
+    out: &HashMap<NatBackendKey, NatTargets>,
     reverse: &HashSet<u32>,
 ) -> HashSet<u32> {
-    let alone = |k: &AddrKey, t: &NatTarget| {
+    // An entry of a backend port lists the VIPs served from any port too (see `expand`).
+    let alone = |k: &NatBackendKey, t: &NatTarget| {
         out.get(k).is_some_and(|entry| {
             entry.targets[..entry.len as usize].iter().all(|o| {
                 o.vip_id == t.vip_id
@@ -114,6 +127,70 @@ fn guarded(
 /// IP protocol number of TCP.
 const TCP: u8 = 6;
 
+/// The targets placed so far, each under its own key: a backend port, or port 0 for the
+/// VIPs served from any port. The data path reads one entry per reply, so the entry of a
+/// port will also list the address's any-port targets (`expand`): a port's own targets and
+/// its address's any-port ones must fit in one entry together.
+#[derive(Default)]
+struct Placed {
+    entries: HashMap<NatBackendKey, NatTargets>,
+    /// Per address (port 0 in the key): the most targets any of its ports has of its own.
+    peak: HashMap<NatBackendKey, usize>,
+}
+
+impl Placed {
+    fn len(&self, k: &NatBackendKey) -> usize {
+        self.entries.get(k).map_or(0, |t| t.len as usize)
+    }
+
+    fn place(&mut self, k: NatBackendKey, target: NatTarget) {
+        let t = self.entries.entry(k).or_default();
+        t.targets[t.len as usize] = target;
+        t.len += 1;
+        let len = t.len as usize;
+        if k.port != 0 {
+            let peak = self.peak.entry(NatBackendKey { port: 0, ..k }).or_default();
+            *peak = (*peak).max(len);
+        }
+    }
+
+    /// Whether `new` (one VIP's targets) fits beside what is placed: under every address
+    /// it touches, its any-port targets and the targets of its busiest port.
+    fn fits(&self, new: &[&(NatBackendKey, NatTarget)]) -> bool {
+        let mut lens: HashMap<NatBackendKey, usize> = HashMap::new();
+        for (k, _) in new {
+            *lens.entry(*k).or_insert_with(|| self.len(k)) += 1;
+        }
+        lens.keys().all(|k| {
+            let any = NatBackendKey { port: 0, ..*k };
+            let any_len = lens.get(&any).copied().unwrap_or_else(|| self.len(&any));
+            let busiest = lens
+                .iter()
+                .filter(|(o, _)| o.port != 0 && NatBackendKey { port: 0, ..**o } == any)
+                .map(|(_, n)| *n)
+                .chain(self.peak.get(&any).copied())
+                .max()
+                .unwrap_or(0);
+            any_len + busiest <= MAX_NAT_TARGETS
+        })
+    }
+
+    /// The entries as the map holds them: each port's own targets, then its address's
+    /// any-port ones; the any-port entry as it is, for replies from other ports.
+    fn expand(self) -> HashMap<NatBackendKey, NatTargets> {
+        let mut out = self.entries.clone();
+        for (k, t) in out.iter_mut().filter(|(k, _)| k.port != 0) {
+            if let Some(any) = self.entries.get(&NatBackendKey { port: 0, ..*k }) {
+                for target in &any.targets[..any.len as usize] {
+                    t.targets[t.len as usize] = *target;
+                    t.len += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
 impl NatBackends {
     /// The entries of `state`'s NAT VIPs, given what `old` (the entries in the map, when
     /// known) holds. Every target of `old` the state still has is kept first, so a VIP
@@ -135,13 +212,9 @@ impl NatBackends {
             .iter()
             .map(|v| (v.vip_id, v.table_size))
             .collect();
-        let mut out: HashMap<AddrKey, NatTargets> = HashMap::new();
-        let place = |out: &mut HashMap<AddrKey, NatTargets>, k: AddrKey, target: NatTarget| {
-            let t = out.entry(k).or_default();
-            t.targets[t.len as usize] = target;
-            t.len += 1;
-        };
-        // Kept targets first: `old` had at most MAX_NAT_TARGETS under each key. A target
+        let mut placed = Placed::default();
+        // Kept targets first: they fitted in `old`'s entries, which listed each port's
+        // targets with its address's any-port ones. A target
         // whose VIP's table changed size is the same target (rewritten with the new size).
         let same = |a: &NatTarget, b: &NatTarget| {
             NatTarget {
@@ -152,33 +225,29 @@ impl NatBackends {
                 ..*b
             }
         };
-        let was = |k: &AddrKey, t: &NatTarget| {
+        let was = |k: &NatBackendKey, t: &NatTarget| {
             old.and_then(|o| o.entries.get(k))
                 .is_some_and(|have| have.targets[..have.len as usize].iter().any(|h| same(h, t)))
         };
         for (_, targets, _) in &wanted {
             for (k, t) in targets.iter().filter(|(k, t)| was(k, t)) {
-                place(&mut out, *k, *t);
+                placed.place(*k, *t);
             }
         }
         let mut reverse = HashSet::new();
         for (v, targets, untraceable) in &wanted {
-            let new: Vec<&(AddrKey, NatTarget)> =
+            let new: Vec<&(NatBackendKey, NatTarget)> =
                 targets.iter().filter(|(k, t)| !was(k, t)).collect();
             // Room for the rest under every backend, or none of it is added.
-            let full = new.iter().any(|(k, _)| {
-                let mine = new.iter().filter(|(k2, _)| k2 == k).count();
-                let have = out.get(k).map_or(0, |t| t.len as usize);
-                have + mine > MAX_NAT_TARGETS
-            });
-            if *untraceable || full {
+            if *untraceable || !placed.fits(&new) {
                 reverse.insert(v.vip_id);
                 continue;
             }
             for (k, target) in new {
-                place(&mut out, *k, *target);
+                placed.place(*k, *target);
             }
         }
+        let mut out = placed.expand();
         let guarded = guarded(&wanted, &out, &reverse);
         for t in out.values_mut() {
             for target in &mut t.targets[..t.len as usize] {
@@ -250,8 +319,8 @@ mod tests {
         test_vip(id, &format!("198.18.0.{id}"), (proto, ports, dsr), backends)
     }
 
-    fn key(addr: &str) -> AddrKey {
-        addr_key(addr.parse().expect("ip"))
+    fn key(addr: &str, port: u16) -> NatBackendKey {
+        nat_key(addr.parse().expect("ip"), port)
     }
 
     /// Issue 16 (one insert per new NAT flow): each NAT backend names the VIPs it serves
@@ -278,17 +347,17 @@ mod tests {
         nat.mark(&mut state);
         let nat = nat.entries;
         assert_eq!(nat.len(), 4);
-        let t = nat[&key("10.2.0.1")];
+        let t = nat[&key("10.2.0.1", 8080)];
         assert_eq!((t.len, t.targets[0].vip_id), (1, 1));
         assert_eq!(t.targets[0].vip_port, 80);
         assert_eq!(t.targets[0].backend_port, 8080);
         assert_eq!(t.targets[0].proto, 6);
-        let t = nat[&key("10.2.0.2")].targets[0];
+        let t = nat[&key("10.2.0.2", 80)].targets[0];
         assert_eq!((t.backend_port, t.vip_port), (80, 80));
         // Port Range keeping the client's port, and ANY-L3: the reply's port is the VIP's.
-        let t = nat[&key("10.2.0.3")].targets[0];
+        let t = nat[&key("10.2.0.3", 0)].targets[0];
         assert_eq!((t.backend_port, t.vip_port, t.proto), (0, 0, 17));
-        let t = nat[&key("10.2.0.4")].targets[0];
+        let t = nat[&key("10.2.0.4", 0)].targets[0];
         assert_eq!((t.vip_id, t.proto), (4, PROTO_ANY));
         assert!(state.vips.iter().all(|v| !v.reverse_entries));
     }
@@ -316,12 +385,63 @@ mod tests {
             .map(|v| v.vip_id)
             .collect();
         assert_eq!(flagged, vec![1, 6]);
-        assert_eq!(nat[&key("10.2.0.9")].len, MAX_NAT_TARGETS as u32);
-        assert!(!nat.contains_key(&key("10.2.0.1")));
+        assert_eq!(nat[&key("10.2.0.9", 8080)].len, MAX_NAT_TARGETS as u32);
+        assert!(!nat.contains_key(&key("10.2.0.1", 80)));
     }
 
-    fn vip_ids(nat: &NatBackends, k: &str) -> Vec<u32> {
-        let t = nat.entries[&key(k)];
+    /// Issue 16: a server running a service per port serves any number of NAT VIPs
+    /// without reverse entries: each port names its own VIPs.
+    #[test]
+    fn a_port_per_vip_needs_no_reverse_entries() {
+        let vips = (1..=20)
+            .map(|id| vip(id, 6, (80, 80), false, &[("10.2.0.9", 8000 + id as u16)]))
+            .collect();
+        let mut state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
+        let nat = NatBackends::plan(&state, None);
+        nat.mark(&mut state);
+        assert!(state.vips.iter().all(|v| !v.reverse_entries));
+        assert_eq!(nat.entries.len(), 20);
+        assert_eq!(vip_ids(&nat, "10.2.0.9", 8007), vec![7]);
+    }
+
+    /// Issue 16: a reply reads one entry, so a port's entry also lists the VIPs its
+    /// address serves from any port (ANY-L3), and both must fit in it together: the VIP
+    /// that would overfill it keeps reverse entries.
+    #[test]
+    fn a_port_lists_the_vips_its_address_serves_from_any_port() {
+        let mut vips: Vec<VipState> = (1..=3)
+            .map(|id| {
+                vip(
+                    id,
+                    6,
+                    (80 + id as u16, 80 + id as u16),
+                    false,
+                    &[("10.2.0.9", 8080)],
+                )
+            })
+            .collect();
+        vips.push(vip(4, 6, (90, 90), false, &[("10.2.0.9", 9090)]));
+        vips.push(vip(5, 0, (0, 0), false, &[("10.2.0.9", 0)]));
+        vips.push(vip(6, 0, (0, 0), false, &[("10.2.0.9", 0)]));
+        let mut state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
+        let nat = NatBackends::plan(&state, None);
+        nat.mark(&mut state);
+        assert_eq!(nat.reverse, HashSet::from([6]));
+        assert_eq!(vip_ids(&nat, "10.2.0.9", 8080), vec![1, 2, 3, 5]);
+        assert_eq!(vip_ids(&nat, "10.2.0.9", 9090), vec![4, 5]);
+        assert_eq!(vip_ids(&nat, "10.2.0.9", 0), vec![5]);
+    }
+
+    fn vip_ids(nat: &NatBackends, k: &str, port: u16) -> Vec<u32> {
+        let t = nat.entries[&key(k, port)];
         t.targets[..t.len as usize]
             .iter()
             .map(|t| t.vip_id)
@@ -354,8 +474,8 @@ mod tests {
         );
         let after = NatBackends::plan(&changed, Some(&before));
         assert_eq!(after.reverse, HashSet::from([1]));
-        assert_eq!(vip_ids(&after, "10.2.0.1"), vec![1]);
-        assert_eq!(vip_ids(&after, "10.2.0.9"), vec![2, 3, 4, 5]);
+        assert_eq!(vip_ids(&after, "10.2.0.1", 8080), vec![1]);
+        assert_eq!(vip_ids(&after, "10.2.0.9", 8080), vec![2, 3, 4, 5]);
     }
 
     /// Issue 16: a new VIP placed before the others (a lower id) never takes the place of
@@ -377,7 +497,7 @@ mod tests {
             .insert(0, vip(1, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         let after = NatBackends::plan(&grown, Some(&before));
         assert_eq!(after.reverse, HashSet::from([1]));
-        assert_eq!(vip_ids(&after, "10.2.0.9"), vec![2, 3, 4, 5]);
+        assert_eq!(vip_ids(&after, "10.2.0.9", 8080), vec![2, 3, 4, 5]);
         // Without what the map held, the same state plans in list order.
         let fresh = NatBackends::plan(&grown, None);
         assert_eq!(fresh.reverse, HashSet::from([5]));
@@ -428,15 +548,17 @@ mod tests {
                 (6, true)
             ]
         );
-        let sizes = |addr: &str| -> Vec<(u32, u32)> {
-            let t = nat.entries[&key(addr)];
+        let sizes = |addr: &str, port: u16| -> Vec<(u32, u32)> {
+            let t = nat.entries[&key(addr, port)];
             t.targets[..t.len as usize]
                 .iter()
                 .map(|t| (t.vip_id, t.table_size))
                 .collect()
         };
-        assert_eq!(sizes("10.2.0.1"), [(1, 251), (6, 251)]);
-        assert_eq!(sizes("10.2.0.3"), [(3, 0)]);
-        assert_eq!(sizes("10.2.0.4"), [(4, 0), (5, 0)]);
+        assert_eq!(sizes("10.2.0.1", 8080), [(1, 251)]);
+        assert_eq!(sizes("10.2.0.1", 8081), [(6, 251)]);
+        assert_eq!(sizes("10.2.0.3", 53), [(3, 0)]);
+        assert_eq!(sizes("10.2.0.4", 81), [(4, 0), (5, 0)]);
+        assert_eq!(sizes("10.2.0.4", 0), [(5, 0)]);
     }
 }
