@@ -319,6 +319,18 @@ mod tests {
         test_vip(id, &format!("198.18.0.{id}"), (proto, ports, dsr), backends)
     }
 
+    /// The plan of `vips` from an empty map, and the state it marked.
+    fn planned(vips: Vec<VipState>) -> (NatBackends, State) {
+        let mut state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
+        let nat = NatBackends::plan(&state, None);
+        nat.mark(&mut state);
+        (nat, state)
+    }
+
     fn key(addr: &str, port: u16) -> NatBackendKey {
         nat_key(addr.parse().expect("ip"), port)
     }
@@ -370,13 +382,7 @@ mod tests {
         for id in 2..=6 {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         }
-        let mut state = State {
-            vips,
-            next_slot: 0,
-            next_epoch: 0,
-        };
-        let nat = NatBackends::plan(&state, None);
-        nat.mark(&mut state);
+        let (nat, state) = planned(vips);
         let nat = nat.entries;
         let flagged: Vec<u32> = state
             .vips
@@ -396,13 +402,7 @@ mod tests {
         let vips = (1..=20)
             .map(|id| vip(id, 6, (80, 80), false, &[("10.2.0.9", 8000 + id as u16)]))
             .collect();
-        let mut state = State {
-            vips,
-            next_slot: 0,
-            next_epoch: 0,
-        };
-        let nat = NatBackends::plan(&state, None);
-        nat.mark(&mut state);
+        let (nat, state) = planned(vips);
         assert!(state.vips.iter().all(|v| !v.reverse_entries));
         assert_eq!(nat.entries.len(), 20);
         assert_eq!(vip_ids(&nat, "10.2.0.9", 8007), vec![7]);
@@ -427,13 +427,7 @@ mod tests {
         vips.push(vip(4, 6, (90, 90), false, &[("10.2.0.9", 9090)]));
         vips.push(vip(5, 0, (0, 0), false, &[("10.2.0.9", 0)]));
         vips.push(vip(6, 0, (0, 0), false, &[("10.2.0.9", 0)]));
-        let mut state = State {
-            vips,
-            next_slot: 0,
-            next_epoch: 0,
-        };
-        let nat = NatBackends::plan(&state, None);
-        nat.mark(&mut state);
+        let (nat, _) = planned(vips);
         assert_eq!(nat.reverse, HashSet::from([6]));
         assert_eq!(vip_ids(&nat, "10.2.0.9", 8080), vec![1, 2, 3, 5]);
         assert_eq!(vip_ids(&nat, "10.2.0.9", 9090), vec![4, 5]);
