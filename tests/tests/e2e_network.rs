@@ -51,6 +51,14 @@ fn network_tcp_l4_nat_spread_follows_weights() {
     data_path::tcp_l4_nat_spread_follows_weights(Family::V4);
 }
 
+/// Issue 16: six NAT VIPs on the same three servers, a port each, answered without a
+/// reverse entry per flow.
+#[test]
+fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_port_per_vip_needs_no_reverse_entries(Family::V4);
+}
+
 /// Data path contract, "Flood guard": with the guard at 1 new flow per second, 300 TCP
 /// connections through a NAT VIP all succeed although nearly none is recorded.
 #[test]

@@ -238,3 +238,15 @@ pub fn wait_all_ok(
     );
     last
 }
+
+/// Entries of the pinned map at `map`, counted by `bpftool map dump`; `None` when bpftool
+/// fails or prints something else than a JSON array.
+pub fn pinned_map_entries(map: &std::path::Path) -> Option<u64> {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(map)
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.as_array().map(|a| a.len() as u64)
+}

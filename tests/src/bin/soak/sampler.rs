@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 
+use lb_tests::netns::status::pinned_map_entries;
+
 use crate::events::now_ms;
 
 /// One sample.
@@ -51,7 +53,10 @@ impl Sampler {
             while !s.load(Ordering::SeqCst) {
                 let p = pid.load(Ordering::SeqCst);
                 if let (Some((rss_kb, anon_kb)), Some(fds)) = (rss(p), fds(p)) {
-                    let conns = n.is_multiple_of(5).then(|| count_entries(&conns)).flatten();
+                    let conns = n
+                        .is_multiple_of(5)
+                        .then(|| pinned_map_entries(&conns))
+                        .flatten();
                     if let Ok(mut v) = out.lock() {
                         v.push(Sample {
                             at: now_ms(),
@@ -101,16 +106,6 @@ fn rss(pid: u32) -> Option<(u64, u64)> {
 
 fn fds(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
-}
-
-fn count_entries(map: &Path) -> Option<u64> {
-    let out = std::process::Command::new("bpftool")
-        .args(["-j", "map", "dump", "pinned"])
-        .arg(map)
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.as_array().map(|a| a.len() as u64)
 }
 
 /// Writes `samples.csv` in `dir`.

@@ -9,7 +9,7 @@ use crate::netns::client::{HeldConn, ask_many, count_by_backend, tcp_ask_at, udp
 use crate::netns::configs::{all_names, backend_services, load, vservice};
 use crate::netns::family::at;
 use crate::netns::lbctl::require_data_path;
-use crate::netns::status::{backend_new_flows, global, globals, vip_packets};
+use crate::netns::status::{backend_new_flows, global, globals, pinned_map_entries, vip_packets};
 use crate::netns::topology::{Topology, VIP6_PREFIX};
 
 /// Harness self-test without any XDP program: the client reaches every backend's own
@@ -152,6 +152,57 @@ pub fn tcp_l4_nat_spread_follows_weights(family: Family) {
         "replies were reverse-translated by the program: {}",
         globals(&status)
     );
+}
+
+/// A server running a service per port, for more NAT VIPs than one backend address and
+/// port can name (4): six tcp-l4 NAT VIPs, each over the three backends on a port of its
+/// own. 20 connections to each are answered from that VIP's port, and no flow wrote a
+/// reverse entry (`NAT_REV` stays empty): each reply found its flow by backend address and
+/// port. Keyed by address alone, the fifth and sixth VIPs wrote one per flow.
+pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("port per vip");
+    let topo = family.topology(None);
+    let mut cfg = String::new();
+    let mut vips = Vec::new();
+    for v in 0..6u16 {
+        let port = 8100 + v;
+        topo.tcp_servers(port).expect("servers");
+        let mut names = Vec::new();
+        for (i, b) in topo.backends.iter().enumerate() {
+            let name = format!("{}-{port}", b.name);
+            cfg += &format!(
+                "[[backend_service]]\nname = \"{name}\"\naddress = \"{}\"\nport = {port}\n\n",
+                family.backend_addr(&topo, i)
+            );
+            names.push(name);
+        }
+        let vip = family.vip(40 + v as u8);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        cfg += &vservice(
+            &family.vip_name(&format!("svc{v}")),
+            "tcp-l4",
+            vip,
+            "port = 80",
+            "nat",
+            &names,
+        );
+        vips.push((vip, port));
+    }
+    load(&topo, &cfg);
+    for (vip, port) in vips {
+        let replies = ask_many(&topo.client, 20, tcp_ask_at, at(vip, 80));
+        assert!(
+            replies.iter().all(|r| r.port == port),
+            "{label}: every answer to {vip} comes from port {port}"
+        );
+    }
+    let maps = topo.pin_dir.join("maps");
+    let conns = pinned_map_entries(&maps.join("CONNS")).expect("bpftool dump of CONNS");
+    let reverse = pinned_map_entries(&maps.join("NAT_REV")).expect("bpftool dump of NAT_REV");
+    println!("{label}: 120 connections, {conns} flows recorded, {reverse} reverse entries");
+    assert!(conns >= 120, "{label}: the flows are recorded ({conns})");
+    assert_eq!(reverse, 0, "{label}: no flow wrote a reverse entry");
 }
 
 /// The connection table's flood guard at 1 new flow per second and CPU: nearly every flow
