@@ -202,20 +202,7 @@ fn forward<H: IpHeader>(
         };
     }
     if choice.new_flow && meta.flags & VIP_F_REVERSE_ENTRY != 0 {
-        let port = if backend_port == 0 {
-            key.dport
-        } else {
-            backend_port
-        };
-        let rev_key = FlowKey {
-            src: Addr::from_words(&backend_addr),
-            dst: key.src,
-            sport: port,
-            dport: key.sport,
-            proto: pkt.proto,
-            family: H::FAMILY,
-            pad: 0,
-        };
+        let rev_key = nat::reverse_key(key, &backend_addr, backend_port);
         let rev = NatReverse {
             vip_addr: key.dst,
             vip_port: key.dport,

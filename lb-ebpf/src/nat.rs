@@ -7,7 +7,7 @@
 //! whose replies do not tell their port keep a reverse entry per flow (`NAT_REV`).
 
 use lb_common::{
-    FlowKey, MAX_NAT_TARGETS, NatBackendKey, NatReverse, NatTarget, NatTargets, PROTO_ANY,
+    Addr, FlowKey, MAX_NAT_TARGETS, NatBackendKey, NatReverse, NatTarget, NatTargets, PROTO_ANY,
 };
 
 use crate::flood;
@@ -165,4 +165,19 @@ fn pinned_here(slot: u32, t: &NatTarget, reply: &FlowKey, out: &mut NatReverse) 
         return true;
     }
     false
+}
+
+/// The key of the reverse entry of the flow `key` sent to `addr`:`port` (0: the flow's own
+/// destination port), as the backend's replies carry it.
+#[inline(always)]
+pub fn reverse_key(key: &FlowKey, addr: &[u32; 4], port: u16) -> FlowKey {
+    FlowKey {
+        src: Addr::from_words(addr),
+        dst: key.src,
+        sport: if port == 0 { key.dport } else { port },
+        dport: key.sport,
+        proto: key.proto,
+        family: key.family,
+        pad: 0,
+    }
 }
