@@ -17,6 +17,15 @@ pub fn guarding() -> bool {
     FLOOD_GUARD.get(0).is_some_and(|g| g.limit != 0)
 }
 
+/// Whether this CPU has recorded its limit of new flows (in the current second, or in the
+/// last one it saw: the first new flow of a second finds out).
+#[inline(always)]
+pub fn saturated() -> bool {
+    FLOOD_GUARD
+        .get(0)
+        .is_some_and(|g| g.limit != 0 && g.count >= g.limit)
+}
+
 /// Whether this new flow may be recorded: false once this CPU has seen more than the
 /// limit's new flows in the current second (counted as unrecorded).
 #[inline(always)]

@@ -173,17 +173,18 @@ fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
 /// Picks the backend for `key` on the VIP `meta`; `absent`: the connection table was just
 /// found not to hold the flow. `None`: the VIP has no usable backend.
 ///
-/// A TCP SYN selects afresh, but its flow is looked up first all the same, before the
-/// Maglev table and the slot are read. A SYN of a flow the table holds (a retransmission, a
-/// client port used again) is recorded again even above the flood guard's rate, so that the
-/// flow's next packets follow this choice and not the entry's. And for a new flow the lookup
-/// has brought the table's bucket into the CPU cache while the Maglev and slot reads wait on
-/// memory, so the insert that follows does not wait for it again (issue 16: a new flow at
-/// 100 VIPs x 1,000 backends with 1M flows, about 1,100 -> 800 ns in DSR).
+/// A TCP SYN selects afresh, but looks its flow up all the same before the Maglev table and
+/// the slot are read: the lookup brings the table's bucket into the CPU cache while those
+/// reads wait on memory, so the insert that follows does not wait for it again (issue 16: a
+/// new flow at 100 VIPs x 1,000 backends with 1M flows, about 1,100 -> 800 ns in DSR). Not
+/// while the flood guard leaves this CPU's new flows unrecorded: there is no insert to speed
+/// up then, and a SYN flood must stay cheap.
 #[inline(always)]
 pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Option<Choice> {
     let mut ct_miss = false;
-    let held = is_syn && CONNS.get_ptr(key).is_some();
+    if is_syn && !flood::saturated() {
+        let _ = CONNS.get_ptr(key);
+    }
     if !is_syn {
         let found = if absent { None } else { CONNS.get_ptr_mut(key) };
         match found {
@@ -207,7 +208,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
     let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
     let value = entry(slot, active_slot(slot, meta.vip_id)?, meta);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
-    if held || meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
+    if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
         // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
         let _ = CONNS.insert(key, &value, 0);
     }
