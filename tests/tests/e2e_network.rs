@@ -51,7 +51,7 @@ fn network_tcp_l4_nat_spread_follows_weights() {
     data_path::tcp_l4_nat_spread_follows_weights(Family::V4);
 }
 
-/// Issue 16: six NAT VIPs on the same three servers, a port each, answered without a
+/// Data path contract, "NAT reply path" (issue 16): six NAT VIPs on the same three servers, a port each, answered without a
 /// reverse entry per flow.
 #[test]
 fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {

@@ -161,17 +161,20 @@ impl Placed {
         for (k, _) in new {
             *lens.entry(*k).or_insert_with(|| self.len(k)) += 1;
         }
-        lens.keys().all(|k| {
+        // Per address touched (port 0 in the key): its busiest port, placed or new.
+        let mut busiest: HashMap<NatBackendKey, usize> = HashMap::new();
+        for (k, n) in &lens {
             let any = NatBackendKey { port: 0, ..*k };
-            let any_len = lens.get(&any).copied().unwrap_or_else(|| self.len(&any));
-            let busiest = lens
-                .iter()
-                .filter(|(o, _)| o.port != 0 && NatBackendKey { port: 0, ..**o } == any)
-                .map(|(_, n)| *n)
-                .chain(self.peak.get(&any).copied())
-                .max()
-                .unwrap_or(0);
-            any_len + busiest <= MAX_NAT_TARGETS
+            let most = busiest
+                .entry(any)
+                .or_insert_with(|| self.peak.get(&any).copied().unwrap_or(0));
+            if k.port != 0 {
+                *most = (*most).max(*n);
+            }
+        }
+        busiest.iter().all(|(any, most)| {
+            let any_len = lens.get(any).copied().unwrap_or_else(|| self.len(any));
+            any_len + most <= MAX_NAT_TARGETS
         })
     }
 
