@@ -28,11 +28,15 @@ pub mod names {
     pub const BACKENDS: &str = "BACKENDS";
     /// Array of maps: VIP id -> Maglev table (array of backend slot indexes).
     pub const MAGLEV: &str = "MAGLEV";
-    /// LRU connection table: [`FlowKey`](crate::FlowKey) -> [`FlowValue`](crate::FlowValue).
+    /// LRU connection table: a flow's client endpoint ([`ClientKey`](crate::ClientKey)) ->
+    /// [`FlowValue`](crate::FlowValue), which names the VIP as well as the backend.
     pub const CONNS: &str = "CONNS";
-    /// LRU reverse NAT table: reply-direction [`FlowKey`](crate::FlowKey) -> [`NatReverse`](crate::NatReverse),
-    /// written only for the VIPs flagged [`VIP_F_REVERSE_ENTRY`](crate::VIP_F_REVERSE_ENTRY).
-    pub const NAT_REV: &str = "NAT_REV";
+    /// LRU table of the flows whose client endpoint's `CONNS` entry holds another flow (the
+    /// same client address and port to another VIP or port): [`FlowKey`](crate::FlowKey) ->
+    /// [`FlowValue`](crate::FlowValue). Those of the VIPs flagged
+    /// [`VIP_F_REVERSE_ENTRY`](crate::VIP_F_REVERSE_ENTRY) are also kept under their reply's
+    /// key, marked [`FLOW_KEY_REPLY`](crate::FLOW_KEY_REPLY).
+    pub const CONNS_CLASH: &str = "CONNS_CLASH";
     /// NAT backends: [`NatBackendKey`](crate::NatBackendKey) (a backend's address and the
     /// port its replies come from, 0 for any) -> [`NatTargets`](crate::NatTargets), the VIPs
     /// whose replies it sends.
@@ -79,6 +83,13 @@ pub const MAX_BACKEND_SLOTS: u32 = 131_072;
 pub const MAX_HOPS: u32 = MAX_BACKEND_SLOTS;
 /// Default size of the connection table (flows), changeable at load time.
 pub const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
+
+/// Size of `CONNS_CLASH` for a connection table of `conn_table_size` flows: it holds only
+/// the flows whose client endpoint is taken in `CONNS` by another flow, a small share.
+pub const fn clash_table_size(conn_table_size: u32) -> u32 {
+    let size = conn_table_size / 16;
+    if size < 1024 { 1024 } else { size }
+}
 /// Default Maglev table size per VIP (a prime).
 pub const DEFAULT_MAGLEV_SIZE: u32 = 65_537;
 /// Smallest allowed Maglev table size (a prime).
@@ -196,8 +207,9 @@ impl Addr {
 /// Version 4: the `FLOOD_GUARD` map; NAT targets carry their VIP's table size; VIPs carry
 /// an epoch and flows a copy of their slot; counters take 64 bytes; `BACKEND_STATS` has a
 /// block per Backend Service instead of per slot. Version 5: the `VIP_BY_ID` map.
-/// Version 6: `NAT_BACKENDS` keyed by backend address and port.
-pub const LAYOUT_VERSION: u32 = 6;
+/// Version 6: `NAT_BACKENDS` keyed by backend address and port. Version 7: `CONNS` keyed by
+/// client endpoint, its values naming the VIP; the `CONNS_CLASH` map; no `NAT_REV` map.
+pub const LAYOUT_VERSION: u32 = 7;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -215,8 +227,8 @@ pub const VIP_F_DSR: u32 = 1;
 /// `VipMeta.flags`: a NAT VIP whose replies do not tell its port (a Port Range forwarded to
 /// one backend port, or a backend address and port shared by more than [`MAX_NAT_TARGETS`]
 /// VIPs):
-/// each new flow also writes a `NAT_REV` entry. Other NAT VIPs find a reply's flow from
-/// `NAT_BACKENDS` and the connection table, so a new flow costs one table insert.
+/// a flow that `CONNS` cannot hold (its client endpoint is another flow's) is also kept under
+/// its reply's key. Other NAT VIPs find such a flow's reply from `NAT_BACKENDS`.
 pub const VIP_F_REVERSE_ENTRY: u32 = 2;
 
 /// `VipMeta.flags`: the flood guard ([`FloodGuard`]) may leave this VIP's new flows
@@ -393,8 +405,8 @@ pub struct BackendSlot {
     pub counters: u32,
 }
 
-/// A flow as seen on the wire (client-to-VIP direction for `CONNS`, backend-to-client
-/// direction for `NAT_REV`). Non-TCP/UDP protocols use zero ports.
+/// A flow as seen on the wire: client to VIP, or, marked [`FLOW_KEY_REPLY`], backend to
+/// client. Non-TCP/UDP protocols use zero ports.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
@@ -410,14 +422,40 @@ pub struct FlowKey {
     pub proto: u8,
     /// `FAMILY_V4` or `FAMILY_V6`.
     pub family: u8,
-    /// Reserved, zero.
-    pub pad: u16,
+    /// 0, or [`FLOW_KEY_REPLY`].
+    pub dir: u16,
 }
 
-/// Connection-table value: the backend slot a flow is pinned to, and a copy of what the
-/// slot said when the flow last read it. While the VIP's epoch is unchanged, a packet of
-/// the flow takes the backend from here and never reads the slot: with 100,000 slots that
-/// read is a cache miss per packet.
+/// `FlowKey.dir` of a NAT flow's entry under its reply's key (backend -> client), so that it
+/// never meets a flow's own key.
+pub const FLOW_KEY_REPLY: u16 = 1;
+
+/// Connection-table key (`CONNS`): a flow's client endpoint. Both directions of a flow
+/// carry it (the source of a packet to the VIP, the destination of a NAT reply), so one
+/// entry per flow serves both, as IPVS hashes its connections by client endpoint: a NAT
+/// flow needs no reverse entry whatever its backend serves. A client endpoint is rarely in
+/// two flows at once; when it is, the later flow goes to `CONNS_CLASH` under its whole
+/// [`FlowKey`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClientKey {
+    /// Client address, wire order.
+    pub addr: Addr,
+    /// Client port (0 for protocols without ports).
+    pub port: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+}
+
+/// `FlowValue.flags`: a NAT flow (its backend's replies come back through the balancer).
+pub const FLOW_F_NAT: u32 = 1;
+
+/// Connection-table value: the VIP a flow is to, the backend slot it is pinned to, and a
+/// copy of what the slot said when the flow last read it. While the VIP's epoch is
+/// unchanged, a packet of the flow takes the backend from here and never reads the slot:
+/// with 100,000 slots that read is a cache miss per packet.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowValue {
@@ -433,26 +471,14 @@ pub struct FlowValue {
     pub counters: u32,
     /// The slot's backend port (0: the packet's destination port).
     pub port: u16,
-    /// Reserved, zero.
-    pub pad: u16,
+    /// The flow's destination port (the VIP's port, or the one in its Port Range).
+    pub vip_port: u16,
+    /// `FLOW_F_*` bits.
+    pub flags: u32,
     /// The slot's backend address, wire order.
     pub addr: Addr,
-}
-
-/// Reverse-NAT value: what to put back into a backend's reply.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NatReverse {
-    /// VIP address, wire order (becomes the reply's source).
+    /// The flow's destination (the VIP) address, wire order.
     pub vip_addr: Addr,
-    /// VIP port (becomes the reply's source port).
-    pub vip_port: u16,
-    /// Reserved, zero.
-    pub pad: u16,
-    /// VIP id, for counters.
-    pub vip_id: u32,
-    /// Backend slot, for counters.
-    pub slot: u32,
 }
 
 /// One VIP a NAT backend's replies may belong to.
@@ -587,8 +613,8 @@ mod pod {
     unsafe impl aya::Pod for super::VipById {}
     unsafe impl aya::Pod for super::BackendSlot {}
     unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::ClientKey {}
     unsafe impl aya::Pod for super::FlowValue {}
-    unsafe impl aya::Pod for super::NatReverse {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::NatTargets {}
@@ -610,8 +636,8 @@ mod tests {
         assert_eq!(size_of::<VipById>(), 36);
         assert_eq!(size_of::<BackendSlot>(), 32);
         assert_eq!(size_of::<FlowKey>(), 40);
-        assert_eq!(size_of::<FlowValue>(), 40);
-        assert_eq!(size_of::<NatReverse>(), 28);
+        assert_eq!(size_of::<ClientKey>(), 20);
+        assert_eq!(size_of::<FlowValue>(), 60);
         assert_eq!(size_of::<Counters>(), 64);
         assert_eq!(size_of::<NextHop>(), 48);
         assert_eq!(size_of::<NatTarget>(), 32);
@@ -626,8 +652,8 @@ mod tests {
             core::mem::align_of::<RangeData>(),
             core::mem::align_of::<BackendSlot>(),
             core::mem::align_of::<FlowKey>(),
+            core::mem::align_of::<ClientKey>(),
             core::mem::align_of::<FlowValue>(),
-            core::mem::align_of::<NatReverse>(),
             core::mem::align_of::<NatTarget>(),
             core::mem::align_of::<NextHop>(),
         ] {

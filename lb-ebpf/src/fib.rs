@@ -187,22 +187,16 @@ fn query<H: IpHeader>(
     len: u16,
 ) -> Result<Egress, Miss> {
     crate::stats::global(GLOBAL_FIB_LOOKUP);
-    let mut params: FibParams = unsafe { mem::zeroed() };
+    let mut slot = mem::MaybeUninit::<FibParams>::uninit();
+    let params = crate::zeroed::zeroed(&mut slot);
     params.family = H::AF;
     params.l4_protocol = pkt.proto;
     params.sport = pkt.sport;
     params.dport = pkt.dport;
     params.__bindgen_anon_1.tot_len = len;
     params.ifindex = ctx.ingress_ifindex() as u32;
-    H::fib_addrs(&mut params, src, dst);
-    let rc = unsafe {
-        bpf_fib_lookup(
-            ctx.as_ptr(),
-            &mut params,
-            mem::size_of::<FibParams>() as i32,
-            0,
-        )
-    };
+    H::fib_addrs(params, src, dst);
+    let rc = unsafe { bpf_fib_lookup(ctx.as_ptr(), params, mem::size_of::<FibParams>() as i32, 0) };
     if rc == BPF_FIB_LKUP_RET_FRAG_NEEDED {
         return Err(Miss::TooBig(unsafe { params.__bindgen_anon_1.mtu_result }));
     }

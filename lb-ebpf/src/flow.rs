@@ -1,19 +1,20 @@
 //! Backend choice: connection table first, Maglev on a miss or a TCP SYN.
 
+use aya_ebpf::bindings::BPF_NOEXIST;
 use lb_common::{
-    Addr, BackendSlot, FAMILY_V6, FlowKey, FlowValue, SLOT_F_ACTIVE, VIP_F_FLOOD_GUARD, VipMeta,
+    Addr, BackendSlot, ClientKey, FAMILY_V6, FLOW_F_NAT, FlowKey, FlowValue, SLOT_F_ACTIVE,
+    VIP_F_DSR, VIP_F_FLOOD_GUARD, VipMeta,
 };
 
 use crate::flood;
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP};
 use crate::ip::IpHeader;
-use crate::maps::{BACKENDS, CONNS, MAGLEV, VIP_BY_ID};
+use crate::maps::{BACKENDS, CONNS, CONNS_CLASH, MAGLEV, VIP_BY_ID};
 use crate::parse::Packet;
 use crate::stats::Event;
 
 /// Result of choosing a backend for one packet.
 pub struct Choice {
-    pub slot: u32,
     /// The backend's address (words, wire order), port (0: the packet's) and next-hop
     /// index, from the slot or from the flow's copy of it.
     pub addr: [u32; 4],
@@ -30,7 +31,6 @@ impl Choice {
     #[inline(always)]
     fn of(v: &FlowValue, new_flow: bool, ct_miss: bool) -> Choice {
         Choice {
-            slot: v.slot,
             addr: *v.addr.words(),
             port: v.port,
             hop: v.hop,
@@ -57,10 +57,11 @@ pub enum Known {
     /// `vip::find` would find first) and whose slots have not changed since the flow's copy
     /// was taken: the VIP and the backend, without a VIP lookup.
     Fast(VipMeta, Choice),
-    /// No such flow in the table.
+    /// No flow of the packet's client endpoint in `CONNS` (`CONNS_CLASH` may hold it).
     Absent,
     /// Anything else (another protocol, a Port Range or ANY-L3 VIP's flow, a copy
-    /// of another epoch): the VIP is looked up, and the flow again.
+    /// of another epoch, another flow of the client endpoint): the VIP is looked up, and
+    /// the flow again.
     Other,
 }
 
@@ -71,11 +72,14 @@ pub fn known(key: &FlowKey) -> Known {
     if key.proto != IPPROTO_TCP && key.proto != IPPROTO_UDP {
         return Known::Other;
     }
-    let Some(v) = CONNS.get_ptr_mut(key) else {
+    let Some(v) = CONNS.get_ptr_mut(&client_key(key)) else {
         return Known::Absent;
     };
     // SAFETY: a pointer into the map's value, checked non-null by the lookup.
     let v = unsafe { &*v };
+    if !is_flow_of(v, key) {
+        return Known::Other;
+    }
     let Some(e) = VIP_BY_ID.get(v.vip_id) else {
         return Known::Other;
     };
@@ -88,6 +92,34 @@ pub fn known(key: &FlowKey) -> Known {
     }
 }
 
+/// The `CONNS` key of the flow `key`: its client endpoint.
+#[inline(always)]
+pub fn client_key(key: &FlowKey) -> ClientKey {
+    ClientKey {
+        addr: key.src,
+        port: key.sport,
+        proto: key.proto,
+        family: key.family,
+    }
+}
+
+/// Whether a `CONNS` entry is the flow `key`'s, not another flow of its client endpoint.
+#[inline(always)]
+fn is_flow_of(v: &FlowValue, key: &FlowKey) -> bool {
+    v.vip_port == key.dport && v.vip_addr.words() == key.dst.words()
+}
+
+/// The recorded entry of the flow `key` (client -> VIP), in `CONNS` or `CONNS_CLASH`.
+#[inline(always)]
+pub fn recorded(key: &FlowKey) -> Option<&'static FlowValue> {
+    if let Some(v) = unsafe { CONNS.get(&client_key(key)) } {
+        if is_flow_of(v, key) {
+            return Some(v);
+        }
+    }
+    unsafe { CONNS_CLASH.get(key) }
+}
+
 /// The packet's flow as the maps hold it: address bytes, ports as numbers.
 #[inline(always)]
 pub fn key<H: IpHeader>(pkt: &Packet<H>) -> FlowKey {
@@ -98,7 +130,7 @@ pub fn key<H: IpHeader>(pkt: &Packet<H>) -> FlowKey {
         dport: u16::from_be(pkt.dport),
         proto: pkt.proto,
         family: H::FAMILY,
-        pad: 0,
+        dir: 0,
     }
 }
 
@@ -155,9 +187,9 @@ fn active_slot(slot: u32, vip_id: u32) -> Option<&'static BackendSlot> {
     }
 }
 
-/// The flow's entry as written for `slot` under the VIP's current epoch.
+/// The entry of the flow `key` as written for `slot` under the VIP's current epoch.
 #[inline(always)]
-fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
+fn entry(key: &FlowKey, slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
     FlowValue {
         slot,
         vip_id: meta.vip_id,
@@ -165,28 +197,63 @@ fn entry(slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue {
         hop: b.hop,
         counters: b.counters,
         port: b.port,
-        pad: 0,
+        vip_port: key.dport,
+        // Without a branch, which would double the verifier's paths through the rest.
+        flags: (!meta.flags & VIP_F_DSR) * FLOW_F_NAT,
         addr: b.addr,
+        vip_addr: key.dst,
     }
+}
+
+/// Writes the entry of a flow chosen by Maglev: in `CONNS` when its client endpoint is
+/// free there or holds this flow already (a SYN that selects afresh); else in
+/// `CONNS_CLASH` (under its reply's key too, if its VIP's replies need that). Deciding here, after
+/// the insert, keeps the choice of the table off the verifier's paths through the rest of
+/// the program.
+#[inline(always)]
+fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta) {
+    let client = client_key(key);
+    if CONNS.insert(&client, value, BPF_NOEXIST as u64).is_ok() {
+        return;
+    }
+    // Taken: by this very flow (a SYN selecting afresh), or by another.
+    if unsafe { CONNS.get(&client) }.is_some_and(|v| is_flow_of(v, key)) {
+        let _ = CONNS.insert(&client, value, 0);
+        return;
+    }
+    // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
+    let _ = CONNS_CLASH.insert(key, value, 0);
+    crate::nat::remember(key, value, meta);
 }
 
 /// Picks the backend for `key` on the VIP `meta`; `absent`: the connection table was just
 /// found not to hold the flow. `None`: the VIP has no usable backend.
 ///
-/// A TCP SYN selects afresh, but looks its flow up all the same before the Maglev table and
+/// A TCP SYN selects afresh, but looks its client endpoint up before the Maglev table and
 /// the slot are read: the lookup brings the table's bucket into the CPU cache while those
 /// reads wait on memory, so the insert that follows does not wait for it again (issue 16: a
 /// new flow at 100 VIPs x 1,000 backends with 1M flows, about 1,100 -> 800 ns in DSR). Not
-/// while the flood guard leaves this CPU's new flows unrecorded: there is no insert to speed
-/// up then, and a SYN flood must stay cheap.
+/// while the flood guard leaves this CPU's new flows unrecorded: there is no insert to
+/// speed up then, and a SYN flood must stay cheap.
 #[inline(always)]
 pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Option<Choice> {
     let mut ct_miss = false;
     if is_syn && !flood::saturated() {
-        let _ = CONNS.get_ptr(key);
+        let _ = CONNS.get_ptr(&client_key(key));
     }
     if !is_syn {
-        let found = if absent { None } else { CONNS.get_ptr_mut(key) };
+        let mut found = if absent {
+            None
+        } else {
+            CONNS.get_ptr_mut(&client_key(key))
+        };
+        // SAFETY: a pointer into the map's value, checked non-null by the lookup.
+        if found.is_some_and(|v| !is_flow_of(unsafe { &*v }, key)) {
+            found = None;
+        }
+        if found.is_none() {
+            found = CONNS_CLASH.get_ptr_mut(key);
+        }
         match found {
             Some(v) => {
                 // SAFETY: a pointer into the map's value, checked non-null by the lookup.
@@ -198,7 +265,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
                 // A flow keeps its backend while the slot is active (drained included);
                 // a failed or removed backend makes it re-hash below.
                 if let Some(b) = active_slot(v.slot, meta.vip_id) {
-                    *v = entry(v.slot, b, meta);
+                    *v = entry(key, v.slot, b, meta);
                     return Some(Choice::of(v, false, false));
                 }
             }
@@ -206,11 +273,10 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
         }
     }
     let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
-    let value = entry(slot, active_slot(slot, meta.vip_id)?, meta);
+    let value = entry(key, slot, active_slot(slot, meta.vip_id)?, meta);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
-        // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
-        let _ = CONNS.insert(key, &value, 0);
+        record(key, &value, meta);
     }
     Some(Choice::of(&value, true, ct_miss))
 }

@@ -24,7 +24,8 @@ use crate::csum;
 use crate::fib;
 use crate::headers::*;
 use crate::ip::{IpHeader, Side, replace_addr};
-use crate::maps::{BACKENDS, CONNS};
+use crate::maps::BACKENDS;
+use crate::nat::NatReverse;
 use crate::parse::{Packet, ptr_at};
 
 /// The quoted packet's addresses and ports, and where its fields are in the frame.
@@ -101,16 +102,16 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
     // Either way the quote, turned around, is the key: client -> VIP for a quote VIP ->
     // client (the connection table), backend -> client for a quote client -> backend (a
     // NAT flow found as its replies are).
-    let key = FlowKey {
+    let mut key = FlowKey {
         src: Addr::from_words(&q.daddr),
         dst: Addr::from_words(&q.saddr),
         sport: u16::from_be(q.dport),
         dport: u16::from_be(q.sport),
         proto: q.proto,
         family: H::FAMILY,
-        pad: 0,
+        dir: 0,
     };
-    if let Some(v) = unsafe { CONNS.get(&key) } {
+    if let Some(v) = crate::flow::recorded(&key) {
         let backend = *BACKENDS.get(v.slot)?;
         if backend.vip_id != v.vip_id || backend.family != H::FAMILY {
             return None;
@@ -126,7 +127,7 @@ pub fn deliver_error<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Option<u
     let mut rev = NatReverse::default();
     // Only a recorded flow: an error about one the flood guard left unrecorded goes to
     // the kernel.
-    if crate::nat::reverse(&key, &mut rev) != crate::nat::Found::Recorded {
+    if crate::nat::reverse(&mut key, &mut rev) != crate::nat::Found::Recorded {
         return None;
     }
     crate::stats::global(GLOBAL_ICMP_TOO_BIG);

@@ -23,6 +23,7 @@ mod parse6;
 mod rewrite;
 mod stats;
 mod vip;
+mod zeroed;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::*;
@@ -31,8 +32,8 @@ use crate::fib::{Egress, Miss};
 use crate::flow::Known;
 use crate::headers::{IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_SYN};
 use crate::ip::{IpHeader, Side};
-use crate::maps::{NAT_REV, PROGS};
-use crate::nat::Found;
+use crate::maps::PROGS;
+use crate::nat::{Found, NatReverse};
 use crate::parse::{Packet, Parsed, Skip};
 
 /// The balancer program.
@@ -116,7 +117,7 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
                     return xdp_action::XDP_PASS;
                 }
                 stats::forwarded(meta.vip_id, choice.counters, &choice.event(pkt.len));
-                return forward(ctx, pkt, &meta, (&key, &choice), generation);
+                return forward(ctx, pkt, &meta, &choice, generation);
             }
             Known::Absent => true,
             Known::Other => false,
@@ -168,20 +169,18 @@ fn to_backend<H: IpHeader>(
         return xdp_action::XDP_DROP;
     };
     stats::forwarded(meta.vip_id, choice.counters, &choice.event(pkt.len));
-    forward(ctx, pkt, meta, (key, &choice), generation)
+    forward(ctx, pkt, meta, &choice, generation)
 }
 
-/// Forwards a packet to the backend `flow.1` chose for the flow `flow.0`: next hop, then
-/// the NAT rewrite (and reverse entry) or DSR as is.
+/// Forwards a packet to the backend of `choice`: next hop, then the NAT rewrite or DSR as is.
 #[inline(always)]
 fn forward<H: IpHeader>(
     ctx: &XdpContext,
     pkt: &Packet<H>,
     meta: &VipMeta,
-    flow: (&FlowKey, &flow::Choice),
+    choice: &flow::Choice,
     generation: u32,
 ) -> u32 {
-    let (key, choice) = flow;
     let dsr = meta.flags & VIP_F_DSR != 0;
     let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
     // The next hop first: a packet too big for the path is answered before it is changed.
@@ -201,17 +200,6 @@ fn forward<H: IpHeader>(
             }
         };
     }
-    if choice.new_flow && meta.flags & VIP_F_REVERSE_ENTRY != 0 {
-        let rev_key = nat::reverse_key(key, &backend_addr, backend_port);
-        let rev = NatReverse {
-            vip_addr: key.dst,
-            vip_port: key.dport,
-            pad: 0,
-            vip_id: meta.vip_id,
-            slot: choice.slot,
-        };
-        let _ = NAT_REV.insert(&rev_key, &rev, 0);
-    }
     rewrite::nat(
         ctx,
         pkt,
@@ -228,9 +216,9 @@ fn forward<H: IpHeader>(
 /// NAT flow of ours goes to the kernel untouched.
 #[inline(always)]
 fn nat_reply<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
-    let reply = flow::key(pkt);
+    let mut reply = flow::key(pkt);
     let mut rev = NatReverse::default();
-    let found = nat::reverse(&reply, &mut rev);
+    let found = nat::reverse(&mut reply, &mut rev);
     // A flow found by Maglev only: its packets must have a route onward. The balancer's
     // own address (a health check's answer) has none, nor has an unresolved client yet:
     // only a recorded flow is surely a client's.

@@ -6,9 +6,9 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE, FILTER_WORDS,
-    FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS, MAX_HOPS,
-    MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey, NatReverse, NatTargets, NextHop,
+    AddrKey, BackendSlot, ClientKey, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE,
+    FILTER_WORDS, FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS,
+    MAX_HOPS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey, NatTargets, NextHop,
     RangeData, VipById, VipKey, VipMeta,
 };
 
@@ -63,24 +63,30 @@ pub static MAGLEV: ArrayOfMaps<
     { MAX_VIPS as usize },
 > = ArrayOfMaps::new();
 
-/// Connection table; its size is set by userspace at load time.
+/// Connection table by client endpoint (see `lb_common::ClientKey`); its size is set by
+/// userspace at load time.
 #[btf_map]
-pub static CONNS: LruHashMap<FlowKey, FlowValue, { DEFAULT_CONN_TABLE_SIZE as usize }, SHARED_LRU> =
-    LruHashMap::new();
+pub static CONNS: LruHashMap<
+    ClientKey,
+    FlowValue,
+    { DEFAULT_CONN_TABLE_SIZE as usize },
+    SHARED_LRU,
+> = LruHashMap::new();
+
+/// Flows whose client endpoint's `CONNS` entry holds another flow, by whole flow key;
+/// sized by userspace at load time.
+#[btf_map]
+pub static CONNS_CLASH: LruHashMap<
+    FlowKey,
+    FlowValue,
+    { lb_common::clash_table_size(DEFAULT_CONN_TABLE_SIZE) as usize },
+    SHARED_LRU,
+> = LruHashMap::new();
 
 /// The VIPs each NAT backend address and port serves, for reversing replies.
 #[btf_map]
 pub static NAT_BACKENDS: HashMap<NatBackendKey, NatTargets, { MAX_BACKEND_SLOTS as usize }> =
     HashMap::new();
-
-/// Reverse NAT entries (backend -> client direction), for `VIP_F_REVERSE_ENTRY` VIPs only.
-#[btf_map]
-pub static NAT_REV: LruHashMap<
-    FlowKey,
-    NatReverse,
-    { DEFAULT_CONN_TABLE_SIZE as usize },
-    SHARED_LRU,
-> = LruHashMap::new();
 
 /// Next hops towards clients from the FIB, per CPU, reused for `NEXTHOP_TTL_JIFFIES`
 /// (see `fib`).

@@ -1,25 +1,51 @@
 //! Which NAT flow a packet from a backend belongs to, without an entry per flow: the
-//! backend's address and port name the VIPs it serves, with the protocol of each
-//! (`NAT_BACKENDS`, written by userspace), and the connection table holds the flow
-//! client -> VIP pinned to it. So a
-//! new NAT flow costs one table insert, as a DSR one does (none when the flood guard
-//! leaves it unrecorded: its reply finds the backend by Maglev, as its packets do). VIPs
-//! whose replies do not tell their port keep a reverse entry per flow (`NAT_REV`).
+//! connection table holds each flow by its client endpoint, which is the reply's
+//! destination, and names the flow's VIP and backend. So a new NAT flow costs one table
+//! insert, as a DSR one does (none when the flood guard leaves it unrecorded: its reply
+//! finds the backend by Maglev, as its packets do). A flow whose client endpoint is taken
+//! by another flow (`CONNS_CLASH`) is found from the backend's address and port, which
+//! name the VIPs it serves (`NAT_BACKENDS`, written by userspace); if they name too many,
+//! from a second entry under its reply's key.
 
 use lb_common::{
-    Addr, FlowKey, MAX_NAT_TARGETS, NatBackendKey, NatReverse, NatTarget, NatTargets, PROTO_ANY,
+    Addr, ClientKey, FLOW_F_NAT, FLOW_KEY_REPLY, FlowKey, FlowValue, MAX_NAT_TARGETS,
+    NatBackendKey, NatTarget, NatTargets, PROTO_ANY, VIP_F_REVERSE_ENTRY, VipMeta,
 };
 
 use crate::flood;
 use crate::flow::maglev_slot;
-use crate::maps::{BACKENDS, CONNS, NAT_BACKENDS, NAT_REV};
+use crate::maps::{BACKENDS, CONNS, CONNS_CLASH, NAT_BACKENDS};
+
+/// What to put back into a backend's reply, and what to count it under.
+#[derive(Clone, Copy, Default)]
+pub struct NatReverse {
+    /// VIP address, wire order (becomes the reply's source).
+    pub vip_addr: Addr,
+    /// VIP port (becomes the reply's source port).
+    pub vip_port: u16,
+    pub vip_id: u32,
+    pub slot: u32,
+}
+
+impl NatReverse {
+    /// The VIP side of a flow's entry.
+    #[inline(always)]
+    fn of(v: &FlowValue) -> NatReverse {
+        NatReverse {
+            vip_addr: v.vip_addr,
+            vip_port: v.vip_port,
+            vip_id: v.vip_id,
+            slot: v.slot,
+        }
+    }
+}
 
 /// How a reply's flow was found.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Found {
     /// Not a NAT flow of ours.
     No,
-    /// Recorded in the connection table (or a reverse entry).
+    /// Recorded in the connection tables (or a reverse entry).
     Recorded,
     /// Unrecorded (flood guard): where Maglev sends the flow is this backend. A packet the
     /// backend sends to the balancer itself (a health check's answer) looks the same: the
@@ -28,11 +54,26 @@ pub enum Found {
 }
 
 /// The flow of a packet `reply` (backend:bport -> client:cport), if it is a NAT flow of
-/// ours: written to `out`. Recorded flows first (the VIPs the backend serves from the
-/// reply's port, which userspace lists with those it serves from any port; else those
-/// alone), then, while the flood guard may leave flows unrecorded, where Maglev sends them.
+/// ours: written to `out`. The client endpoint's flow first, then the other recorded flows
+/// (of the VIPs the backend serves from the reply's port, which userspace lists with those
+/// it serves from any port; else those alone), then, while the flood guard may leave flows
+/// unrecorded, where Maglev sends them; last, the flow's entry under the reply's key
+/// (`reply` is marked as such for it).
 #[inline(always)]
-pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> Found {
+pub fn reverse(reply: &mut FlowKey, out: &mut NatReverse) -> Found {
+    let client = ClientKey {
+        addr: reply.dst,
+        port: reply.dport,
+        proto: reply.proto,
+        family: reply.family,
+    };
+    if let Some(v) = unsafe { CONNS.get(&client) } {
+        let port = if v.port == 0 { v.vip_port } else { v.port };
+        if v.flags & FLOW_F_NAT != 0 && v.addr.words() == reply.src.words() && port == reply.sport {
+            *out = NatReverse::of(v);
+            return Found::Recorded;
+        }
+    }
     let mut key = NatBackendKey {
         addr: reply.src,
         port: reply.sport,
@@ -52,17 +93,18 @@ pub fn reverse(reply: &FlowKey, out: &mut NatReverse) -> Found {
             return Found::ByMaglev;
         }
     }
-    match unsafe { NAT_REV.get(reply) } {
-        Some(rev) => {
-            *out = *rev;
+    reply.dir = FLOW_KEY_REPLY;
+    match unsafe { CONNS_CLASH.get(reply) } {
+        Some(v) => {
+            *out = NatReverse::of(v);
             Found::Recorded
         }
         None => Found::No,
     }
 }
 
-/// The flow of `reply` in the connection table, among the VIPs its backend serves: true,
-/// with `out` written, when one is pinned to this very backend.
+/// The flow of `reply` in `CONNS_CLASH`, among the VIPs its backend serves: true, with
+/// `out` written, when one is pinned to this very backend.
 #[inline(always)]
 fn recorded(reply: &FlowKey, targets: &NatTargets, out: &mut NatReverse) -> bool {
     let mut i = 0;
@@ -76,7 +118,7 @@ fn recorded(reply: &FlowKey, targets: &NatTargets, out: &mut NatReverse) -> bool
             continue;
         }
         let flow = flow_of(t, reply);
-        if let Some(v) = unsafe { CONNS.get(&flow) } {
+        if let Some(v) = unsafe { CONNS_CLASH.get(&flow) } {
             if v.vip_id == t.vip_id && pinned_here(v.slot, t, reply, out) {
                 return true;
             }
@@ -131,7 +173,7 @@ fn flow_of(t: &NatTarget, reply: &FlowKey) -> FlowKey {
         dport: vip_port(t, reply),
         proto: reply.proto,
         family: reply.family,
-        pad: 0,
+        dir: 0,
     }
 }
 
@@ -158,7 +200,6 @@ fn pinned_here(slot: u32, t: &NatTarget, reply: &FlowKey, out: &mut NatReverse) 
         *out = NatReverse {
             vip_addr: t.vip_addr,
             vip_port: vip_port(t, reply),
-            pad: 0,
             vip_id: t.vip_id,
             slot,
         };
@@ -167,17 +208,28 @@ fn pinned_here(slot: u32, t: &NatTarget, reply: &FlowKey, out: &mut NatReverse) 
     false
 }
 
-/// The key of the reverse entry of the flow `key` sent to `addr`:`port` (0: the flow's own
-/// destination port), as the backend's replies carry it.
-#[inline(always)]
-pub fn reverse_key(key: &FlowKey, addr: &[u32; 4], port: u16) -> FlowKey {
-    FlowKey {
-        src: Addr::from_words(addr),
+/// Keeps a flow that `CONNS` does not hold under its reply's key as well, if its VIP's
+/// replies need that to be found (`VIP_F_REVERSE_ENTRY`). Not inlined: the key on the stack
+/// would push the program past the 512 bytes the BPF stack allows, and only clashing flows
+/// come here.
+#[inline(never)]
+pub fn remember(key: &FlowKey, value: &FlowValue, meta: &VipMeta) {
+    if meta.flags & VIP_F_REVERSE_ENTRY == 0 {
+        return;
+    }
+    let reply = FlowKey {
+        src: value.addr,
         dst: key.src,
-        sport: if port == 0 { key.dport } else { port },
+        sport: if value.port == 0 {
+            key.dport
+        } else {
+            value.port
+        },
         dport: key.sport,
         proto: key.proto,
         family: key.family,
-        pad: 0,
-    }
+        dir: FLOW_KEY_REPLY,
+    };
+    // Best effort, as the flow's own entry.
+    let _ = CONNS_CLASH.insert(&reply, value, 0);
 }

@@ -273,7 +273,7 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
     apply(&mut dp, &config(&["w1", "w2", "w3"], true))?;
     // web (IPv4 and IPv6), dns, range: four VIPs, four tables.
     check_table_pins(&maps, 4)?;
-    for name in ["CONNS", "NAT_REV", "NAT_BACKENDS"] {
+    for name in ["CONNS", "CONNS_CLASH", "NAT_BACKENDS"] {
         if dump(&maps.join(name))?.is_empty() {
             add_one_entry(&maps.join(name))?;
         }
@@ -295,13 +295,13 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
         ),
         (
             "CONNS",
-            &["src", "dst", "sport", "dport", "proto"],
-            &["slot", "vip_id"],
+            &["addr", "port", "proto", "family"],
+            &["slot", "vip_id", "vip_addr", "vip_port", "addr", "port"],
         ),
         (
-            "NAT_REV",
-            &["src", "dst", "sport", "dport"],
-            &["vip_addr", "vip_port"],
+            "CONNS_CLASH",
+            &["src", "dst", "sport", "dport", "proto", "dir"],
+            &["slot", "vip_id", "vip_addr", "vip_port"],
         ),
         (
             "NEXTHOPS",

@@ -185,6 +185,15 @@ fn network_ipv6_backend_removal_keeps_other_connections() {
     lifecycle::backend_removal_keeps_other_connections(Family::V6);
 }
 
+/// Data path contract, "Connection table", over IPv6: one client address and port in two
+/// connections at once, to two NAT VIPs (one a Port Range onto one server port): every
+/// connection is answered by its own VIP's servers and keeps echoing.
+#[test]
+fn network_ipv6_tcp_l4_nat_client_port_in_two_flows() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_client_port_in_two_flows(Family::V6);
+}
+
 /// Contract `lb run`, over IPv6: SIGTERM exits without detaching (forwarding continues while
 /// the daemon is down) and a restarted daemon adopts the pinned program and maps (counters
 /// continue), so an established IPv6 TCP connection keeps working and new ones are still

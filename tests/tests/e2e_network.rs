@@ -59,6 +59,15 @@ fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {
     data_path::tcp_l4_nat_port_per_vip_needs_no_reverse_entries(Family::V4);
 }
 
+/// Data path contract, "Connection table": one client address and port in two connections
+/// at once, to two NAT VIPs (one a Port Range onto one server port): every connection is
+/// answered by its own VIP's servers and keeps echoing.
+#[test]
+fn network_tcp_l4_nat_client_port_in_two_flows() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_client_port_in_two_flows(Family::V4);
+}
+
 /// Data path contract, "Flood guard": with the guard at 1 new flow per second, 300 TCP
 /// connections through a NAT VIP all succeed although nearly none is recorded.
 #[test]

@@ -16,7 +16,7 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
-use lb_common::names;
+use lb_common::{clash_table_size, names};
 
 use super::maps::Maps;
 use super::nat::NatBackends;
@@ -31,7 +31,6 @@ const MAP_NAMES: [&str; 19] = [
     names::BACKENDS,
     names::MAGLEV,
     names::CONNS,
-    names::NAT_REV,
     names::NEXTHOPS,
     names::HOPS,
     names::VIP_STATS,
@@ -44,6 +43,7 @@ const MAP_NAMES: [&str; 19] = [
     names::LAYOUT,
     names::FLOOD_GUARD,
     names::VIP_BY_ID,
+    names::CONNS_CLASH,
 ];
 
 /// How to load the data path.
@@ -76,6 +76,17 @@ pub struct DataPath {
     pub(crate) pool: Pool,
     /// What NAT_BACKENDS holds after this process's last write (`None` before one).
     pub(crate) nat: Option<NatBackends>,
+    /// Instructions the verifier processed per program this process loaded (its limit is
+    /// 1,000,000 per program): how close a data-path change comes to being refused.
+    verified: Vec<(&'static str, u32)>,
+}
+
+/// The instructions the verifier processed for a loaded program (0: the kernel does not say).
+fn verified_instructions(prog: &Xdp) -> u32 {
+    prog.info()
+        .ok()
+        .and_then(|info| info.verified_instruction_count())
+        .unwrap_or(0)
 }
 
 /// Entries of BACKEND_STATS: one counter block per backend slot and possible CPU (see
@@ -174,7 +185,7 @@ impl DataPath {
         }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::CONNS, opts.conn_table_size)
-            .map_max_entries(names::NAT_REV, opts.conn_table_size)
+            .map_max_entries(names::CONNS_CLASH, clash_table_size(opts.conn_table_size))
             .map_max_entries(names::BACKEND_STATS, backend_stats_entries()?)
             .load(object)
             .context("loading the XDP object into the kernel")?;
@@ -196,6 +207,7 @@ impl DataPath {
             .ok_or_else(|| anyhow!("the XDP object has no program {}", names::PROGRAM))?
             .try_into()?;
         prog.load().context("verifying the XDP program")?;
+        let mut verified = vec![(names::PROGRAM, verified_instructions(prog))];
         if let Some(dir) = &opts.pin_dir {
             prog.pin(prog_pin(dir)).context("pinning the XDP program")?;
         }
@@ -219,6 +231,7 @@ impl DataPath {
                 .try_into()?;
             prog.load()
                 .with_context(|| format!("verifying the XDP program for {what}"))?;
+            verified.push((name, verified_instructions(prog)));
             maps.progs
                 .set(index, prog.fd()?, 0)
                 .context("writing PROGS")?;
@@ -233,6 +246,7 @@ impl DataPath {
             table_btf: super::btf::load(),
             pool: Pool::default(),
             nat: None,
+            verified,
         })
     }
 
@@ -264,7 +278,14 @@ impl DataPath {
             table_btf: super::btf::load(),
             pool: Pool::default(),
             nat: None,
+            verified: Vec::new(),
         })
+    }
+
+    /// Per program this process loaded (none when it adopted pins): the instructions the
+    /// verifier processed, of its limit of 1,000,000.
+    pub fn verified_instructions(&self) -> &[(&'static str, u32)] {
+        &self.verified
     }
 
     /// Sets the connection table's flood guard: new flows per second and CPU recorded at

@@ -8,7 +8,7 @@ use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
 use lb_common::{
-    AddrKey, BackendSlot, Counters, FloodGuard, FlowKey, FlowValue, NatBackendKey, NatReverse,
+    AddrKey, BackendSlot, ClientKey, Counters, FloodGuard, FlowKey, FlowValue, NatBackendKey,
     NatTargets, NextHop, RangeData, VipById, VipKey, VipMeta,
 };
 
@@ -27,9 +27,9 @@ pub(crate) struct Maps {
     pub backends_fd: OwnedFd,
     /// Kept open for status and adoption; flows are written by the program only.
     #[allow(dead_code)]
-    pub conns: HashMap<MapData, FlowKey, FlowValue>,
+    pub conns: HashMap<MapData, ClientKey, FlowValue>,
     #[allow(dead_code)]
-    pub nat_rev: HashMap<MapData, FlowKey, NatReverse>,
+    pub conns_clash: HashMap<MapData, FlowKey, FlowValue>,
     /// Kept open for status and adoption; written by the program only.
     #[allow(dead_code)]
     pub nexthops: PerCpuArray<MapData, NextHop>,
@@ -78,7 +78,7 @@ impl Maps {
             next("BACKENDS")?,
         );
         let maglev = next("MAGLEV")?;
-        let (conns, nat_rev, nexthops) = (next("CONNS")?, next("NAT_REV")?, next("NEXTHOPS")?);
+        let (conns, nexthops) = (next("CONNS")?, next("NEXTHOPS")?);
         let hops = next("HOPS")?;
         let (vip_stats, backend_stats) = (next("VIP_STATS")?, next("BACKEND_STATS")?);
         Ok(Maps {
@@ -90,7 +90,6 @@ impl Maps {
             backends: backends.try_into().context("BACKENDS")?,
             maglev: maglev.try_into().context("MAGLEV")?,
             conns: conns.try_into().context("CONNS")?,
-            nat_rev: nat_rev.try_into().context("NAT_REV")?,
             nexthops: nexthops.try_into().context("NEXTHOPS")?,
             hops: hops.try_into().context("HOPS")?,
             vip_stats: vip_stats.try_into().context("VIP_STATS")?,
@@ -106,6 +105,7 @@ impl Maps {
             layout: next("LAYOUT")?.try_into().context("LAYOUT")?,
             flood_guard: next("FLOOD_GUARD")?.try_into().context("FLOOD_GUARD")?,
             vip_by_id: next("VIP_BY_ID")?.try_into().context("VIP_BY_ID")?,
+            conns_clash: next("CONNS_CLASH")?.try_into().context("CONNS_CLASH")?,
         })
     }
 

@@ -95,7 +95,33 @@ impl HeldConn {
 
     /// [`HeldConn::open`] to an address of either family.
     pub fn open_at(addr: SocketAddr) -> Result<HeldConn> {
-        let mut stream = connect(addr)?;
+        HeldConn::hold(connect(addr)?)
+    }
+
+    /// [`HeldConn::open_at`] from the client address and port `local`, which other
+    /// connections to other destinations may use at the same time (`SO_REUSEADDR`).
+    pub fn open_from(local: SocketAddr, addr: SocketAddr) -> Result<HeldConn> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket
+            .bind(&local.into())
+            .with_context(|| format!("binding {local}"))?;
+        socket
+            .connect_timeout(&addr.into(), IO_TIMEOUT)
+            .with_context(|| format!("connecting from {local} to {addr}"))?;
+        let stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        stream.set_nodelay(true)?;
+        HeldConn::hold(stream)
+    }
+
+    /// Switches a fresh connection to echo mode.
+    fn hold(mut stream: TcpStream) -> Result<HeldConn> {
         stream.write_all(b"hold\n")?;
         let mut pending = Vec::new();
         let line = read_line(&mut stream, &mut pending)?;

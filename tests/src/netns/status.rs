@@ -242,11 +242,19 @@ pub fn wait_all_ok(
 /// Entries of the pinned map at `map`, counted by `bpftool map dump`; `None` when bpftool
 /// fails or prints something else than a JSON array.
 pub fn pinned_map_entries(map: &std::path::Path) -> Option<u64> {
+    pinned_map_dump(map).map(|entries| entries.len() as u64)
+}
+
+/// The entries of the pinned map at `map` as `bpftool -j map dump` prints them (with BTF,
+/// each has its decoded key and value under `formatted`).
+pub fn pinned_map_dump(map: &std::path::Path) -> Option<Vec<Value>> {
     let out = std::process::Command::new("bpftool")
         .args(["-j", "map", "dump", "pinned"])
         .arg(map)
         .output()
         .ok()?;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.as_array().map(|a| a.len() as u64)
+    match serde_json::from_slice(&out.stdout).ok()? {
+        Value::Array(entries) => Some(entries),
+        _ => None,
+    }
 }

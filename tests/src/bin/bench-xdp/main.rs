@@ -288,6 +288,22 @@ fn maglev_build() {
     );
 }
 
+/// How much of the verifier's budget each program takes: a data-path change that nears
+/// 1,000,000 is one branch away from being refused at load.
+fn verifier_report(object: &[u8]) -> Result<()> {
+    let dp = DataPath::load(
+        object,
+        &LoadOptions {
+            pin_dir: None,
+            conn_table_size: 1 << 20,
+        },
+    )?;
+    for (program, insns) in dp.verified_instructions() {
+        println!("verifier: {program} processed {insns} instructions (limit 1000000)");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let env = FixtureEnv::create().context("creating the benchmark namespace")?;
     let routes = [
@@ -306,6 +322,11 @@ fn main() -> Result<()> {
         }
     }
     let object = network::read_object()?;
+    verifier_report(&object)?;
+    if std::env::args().nth(1).as_deref() == Some("verifier") {
+        drop(env);
+        return Ok(());
+    }
     // `bench-xdp versus` times only the comparison with Katran.
     if std::env::args().nth(1).as_deref() == Some("versus") {
         versus::run(&object)?;

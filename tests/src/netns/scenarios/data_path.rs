@@ -9,7 +9,9 @@ use crate::netns::client::{HeldConn, ask_many, count_by_backend, tcp_ask_at, udp
 use crate::netns::configs::{all_names, backend_services, load, vservice};
 use crate::netns::family::at;
 use crate::netns::lbctl::require_data_path;
-use crate::netns::status::{backend_new_flows, global, globals, pinned_map_entries, vip_packets};
+use crate::netns::status::{
+    backend_new_flows, global, globals, pinned_map_dump, pinned_map_entries, vip_packets,
+};
 use crate::netns::topology::{Topology, VIP6_PREFIX};
 
 /// Harness self-test without any XDP program: the client reaches every backend's own
@@ -154,11 +156,42 @@ pub fn tcp_l4_nat_spread_follows_weights(family: Family) {
     );
 }
 
+/// Backend Services `<backend>-<port>` for the topology's three servers on `port`, whose
+/// test servers are started: their configuration and names.
+fn services_on_port(topo: &Topology, family: Family, port: u16) -> (String, Vec<String>) {
+    topo.tcp_servers(port).expect("servers");
+    let mut cfg = String::new();
+    let mut names = Vec::new();
+    for (i, b) in topo.backends.iter().enumerate() {
+        let name = format!("{}-{port}", b.name);
+        cfg += &format!(
+            "[[backend_service]]\nname = \"{name}\"\naddress = \"{}\"\nport = {port}\n\n",
+            family.backend_addr(topo, i)
+        );
+        names.push(name);
+    }
+    (cfg, names)
+}
+
+/// The flows in the pinned connection tables, by `bpftool map dump`: held by client endpoint
+/// (`CONNS`), beside them by flow key, and under a reply's key (`CONNS_CLASH`, `dir` 0 and 1).
+fn recorded_flows(topo: &Topology) -> (usize, usize, usize) {
+    let maps = topo.pin_dir.join("maps");
+    let conns = pinned_map_entries(&maps.join("CONNS")).expect("bpftool dump of CONNS");
+    let clash = pinned_map_dump(&maps.join("CONNS_CLASH")).expect("bpftool dump of CONNS_CLASH");
+    let reply = clash
+        .iter()
+        .filter(|e| e["formatted"]["key"]["dir"].as_u64() != Some(0))
+        .count();
+    (conns as usize, clash.len() - reply, reply)
+}
+
 /// A server running a service per port, for more NAT VIPs than one backend address and
 /// port can name (4): six tcp-l4 NAT VIPs, each over the three backends on a port of its
-/// own. 20 connections to each are answered from that VIP's port, and no flow wrote a
-/// reverse entry (`NAT_REV` stays empty): each reply found its flow by backend address and
-/// port. Keyed by address alone, the fifth and sixth VIPs wrote one per flow.
+/// own. 20 connections to each are answered from that VIP's port, and no flow was kept
+/// under its reply's key as well (no `CONNS_CLASH` entry is marked as a reply's): each
+/// reply found its flow by its client endpoint, or, for a client port in two flows, by
+/// backend address and port.
 pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
     require_data_path().expect("data path built");
     let label = family.label("port per vip");
@@ -167,16 +200,8 @@ pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
     let mut vips = Vec::new();
     for v in 0..6u16 {
         let port = 8100 + v;
-        topo.tcp_servers(port).expect("servers");
-        let mut names = Vec::new();
-        for (i, b) in topo.backends.iter().enumerate() {
-            let name = format!("{}-{port}", b.name);
-            cfg += &format!(
-                "[[backend_service]]\nname = \"{name}\"\naddress = \"{}\"\nport = {port}\n\n",
-                family.backend_addr(&topo, i)
-            );
-            names.push(name);
-        }
+        let (services, names) = services_on_port(&topo, family, port);
+        cfg += &services;
         let vip = family.vip(40 + v as u8);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         cfg += &vservice(
@@ -197,12 +222,106 @@ pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
             "{label}: every answer to {vip} comes from port {port}"
         );
     }
-    let maps = topo.pin_dir.join("maps");
-    let conns = pinned_map_entries(&maps.join("CONNS")).expect("bpftool dump of CONNS");
-    let reverse = pinned_map_entries(&maps.join("NAT_REV")).expect("bpftool dump of NAT_REV");
-    println!("{label}: 120 connections, {conns} flows recorded, {reverse} reverse entries");
-    assert!(conns >= 120, "{label}: the flows are recorded ({conns})");
-    assert_eq!(reverse, 0, "{label}: no flow wrote a reverse entry");
+    let (conns, beside, reverse) = recorded_flows(&topo);
+    println!(
+        "{label}: 120 connections, {conns} flows recorded by client endpoint, {beside} beside \
+         them, {reverse} under a reply's key"
+    );
+    assert!(
+        conns + beside >= 120,
+        "{label}: the flows are recorded ({conns} + {beside})"
+    );
+    assert_eq!(
+        reverse, 0,
+        "{label}: no flow was kept under its reply's key"
+    );
+}
+
+/// One client address and port in two TCP connections at once (`SO_REUSEADDR`), to two NAT
+/// VIPs over the same three servers: `one` on port 80 (servers' port 8301), `range` a Port
+/// Range 9000-9015 onto the servers' port 8302 (its replies do not tell its port). For ten
+/// client ports, one connection to each VIP, `one` first for even ports and `range` first
+/// for odd ones. Every connection is answered from its own VIP's port and echoes three
+/// rounds. The connection table holds the first connection of each port by its client
+/// endpoint, the second beside it by its whole flow key (10 entries), and the five later
+/// `range` connections under their reply's key too.
+pub fn tcp_l4_nat_client_port_in_two_flows(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("client port in two flows");
+    let topo = family.topology(None);
+    let (one, range) = (family.vip(50), family.vip(51));
+    let mut cfg = String::new();
+    let mut lists = Vec::new();
+    for port in [8301u16, 8302] {
+        let (services, names) = services_on_port(&topo, family, port);
+        cfg += &services;
+        lists.push(names);
+    }
+    let names = |i: usize| lists[i].iter().map(String::as_str).collect::<Vec<_>>();
+    cfg += &vservice(
+        &family.vip_name("one"),
+        "tcp-l4",
+        one,
+        "port = 80",
+        "nat",
+        &names(0),
+    );
+    cfg += &vservice(
+        &family.vip_name("range"),
+        "tcp-l4",
+        range,
+        "port_range = \"9000-9015\"",
+        "nat",
+        &names(1),
+    );
+    load(&topo, &cfg);
+    let client = family.client_addr();
+    let mut conns = topo
+        .client
+        .run(|| {
+            let mut conns = Vec::new();
+            for k in 0..10u16 {
+                let local = SocketAddr::new(client, 45100 + k);
+                let mut pair = [(at(one, 80), 8301), (at(range, 9000 + k), 8302)];
+                if k % 2 == 1 {
+                    pair.reverse();
+                }
+                for (vip, port) in pair {
+                    let conn = HeldConn::open_from(local, vip)
+                        .unwrap_or_else(|e| panic!("{label}: {local} -> {vip}: {e:#}"));
+                    conns.push((vip, port, conn));
+                }
+            }
+            conns
+        })
+        .expect("client namespace");
+    for (vip, port, conn) in &conns {
+        assert_eq!(
+            conn.reply.port, *port,
+            "{label}: the connection to {vip} is answered from port {port}"
+        );
+    }
+    for round in 0..3 {
+        for (vip, _, conn) in conns.iter_mut() {
+            let local = conn.local_addr().expect("local address");
+            conn.echo(&format!("round {round}"))
+                .unwrap_or_else(|e| panic!("{label}: echo {local} -> {vip}: {e:#}"));
+        }
+    }
+    let (conns_n, beside, reply) = recorded_flows(&topo);
+    println!(
+        "{label}: 20 connections echoed 3 rounds; {conns_n} flows by client endpoint, \
+         {beside} beside them, {reply} under a reply's key"
+    );
+    assert_eq!(
+        conns_n, 10,
+        "{label}: one flow per client port by client endpoint"
+    );
+    assert_eq!(beside, 10, "{label}: the other flow beside it");
+    assert_eq!(
+        reply, 5,
+        "{label}: the later `range` flows under their reply's key"
+    );
 }
 
 /// The connection table's flood guard at 1 new flow per second and CPU: nearly every flow
