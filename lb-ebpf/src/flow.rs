@@ -211,9 +211,11 @@ fn entry(key: &FlowKey, slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue
 /// the insert, keeps the choice of the table off the verifier's paths through the rest of
 /// the program.
 #[inline(always)]
-fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta) {
+fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta, own: bool) {
     let client = client_key(key);
-    if CONNS.insert(&client, value, BPF_NOEXIST as u64).is_ok() {
+    // Over the flow's own entry when the SYN's lookup found it; else only into a free place.
+    let flags = (!own as u64) * BPF_NOEXIST as u64;
+    if CONNS.insert(&client, value, flags).is_ok() {
         return;
     }
     // Taken: by this very flow (a SYN selecting afresh), or by another.
@@ -238,8 +240,12 @@ fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta) {
 #[inline(always)]
 pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Option<Choice> {
     let mut ct_miss = false;
+    let mut own = false;
     if is_syn && !flood::saturated() {
-        let _ = CONNS.get_ptr(&client_key(key));
+        // SAFETY: a pointer into the map's value, checked non-null by the lookup.
+        own = CONNS
+            .get_ptr(&client_key(key))
+            .is_some_and(|v| is_flow_of(unsafe { &*v }, key));
     }
     if !is_syn {
         let mut found = if absent {
@@ -276,7 +282,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
     let value = entry(key, slot, active_slot(slot, meta.vip_id)?, meta);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
-        record(key, &value, meta);
+        record(key, &value, meta, own);
     }
     Some(Choice::of(&value, true, ct_miss))
 }
