@@ -185,7 +185,8 @@ fn network_ipv6_backend_removal_keeps_other_connections() {
     lifecycle::backend_removal_keeps_other_connections(Family::V6);
 }
 
-/// Data path contract, "Connection table", over IPv6: one client address and port in two
+/// DESIGN "Network vServices" (NAT replies reversed from the connection table) and the data
+/// path contract, "NAT reply path", over IPv6: one client address and port in two
 /// connections at once, to two NAT VIPs (one a Port Range onto one server port): every
 /// connection is answered by its own VIP's servers and keeps echoing.
 #[test]

@@ -59,7 +59,8 @@ fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {
     data_path::tcp_l4_nat_port_per_vip_needs_no_reverse_entries(Family::V4);
 }
 
-/// Data path contract, "Connection table": one client address and port in two connections
+/// DESIGN "Network vServices" (NAT replies reversed from the connection table) and the data
+/// path contract, "NAT reply path": one client address and port in two connections
 /// at once, to two NAT VIPs (one a Port Range onto one server port): every connection is
 /// answered by its own VIP's servers and keeps echoing.
 #[test]
