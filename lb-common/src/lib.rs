@@ -33,9 +33,9 @@ pub mod names {
     pub const CONNS: &str = "CONNS";
     /// LRU table of the flows whose client endpoint's `CONNS` entry holds another flow (the
     /// same client address and port to another VIP or port): [`FlowKey`](crate::FlowKey) ->
-    /// [`FlowValue`](crate::FlowValue). Those of the VIPs flagged
-    /// [`VIP_F_REVERSE_ENTRY`](crate::VIP_F_REVERSE_ENTRY) are also kept under their reply's
-    /// key, marked [`FLOW_KEY_REPLY`](crate::FLOW_KEY_REPLY).
+    /// [`FlowValue`](crate::FlowValue). A NAT flow is also kept under its reply's key,
+    /// marked [`FLOW_KEY_REPLY`](crate::FLOW_KEY_REPLY), so that its replies find it whatever
+    /// else its backend serves.
     pub const CONNS_CLASH: &str = "CONNS_CLASH";
     /// NAT backends: [`NatBackendKey`](crate::NatBackendKey) (a backend's address and the
     /// port its replies come from, 0 for any) -> [`NatTargets`](crate::NatTargets), the VIPs
@@ -209,7 +209,9 @@ impl Addr {
 /// block per Backend Service instead of per slot. Version 5: the `VIP_BY_ID` map.
 /// Version 6: `NAT_BACKENDS` keyed by backend address and port. Version 7: `CONNS` keyed by
 /// client endpoint, its values naming the VIP; the `CONNS_CLASH` map; no `NAT_REV` map.
-pub const LAYOUT_VERSION: u32 = 7;
+/// Version 8: every NAT flow in `CONNS_CLASH` is kept under its reply's key too (no VIP flag
+/// `2` for that), and an older flow to the same backend gives its `CONNS` place up.
+pub const LAYOUT_VERSION: u32 = 8;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -224,20 +226,13 @@ pub const ADDR_VIP_ANY: u32 = 1 << 2;
 /// `VipMeta.flags`: direct server return (rewrite MACs only) instead of NAT.
 pub const VIP_F_DSR: u32 = 1;
 
-/// `VipMeta.flags`: a NAT VIP whose replies do not tell its port (a Port Range forwarded to
-/// one backend port, or a backend address and port shared by more than [`MAX_NAT_TARGETS`]
-/// VIPs):
-/// a flow that `CONNS` cannot hold (its client endpoint is another flow's) is also kept under
-/// its reply's key. Other NAT VIPs find such a flow's reply from `NAT_BACKENDS`.
-pub const VIP_F_REVERSE_ENTRY: u32 = 2;
-
 /// `VipMeta.flags`: the flood guard ([`FloodGuard`]) may leave this VIP's new flows
 /// unrecorded. DSR VIPs, and NAT TCP VIPs whose replies Maglev finds without doubt (their
 /// `NAT_BACKENDS` targets carry the table size); every other VIP records every flow.
 pub const VIP_F_FLOOD_GUARD: u32 = 4;
 
 /// Most VIPs one `NAT_BACKENDS` entry names (a backend address and port shared by several
-/// NAT VIPs); a VIP beyond them uses reverse entries. A server that runs each service on its
+/// NAT VIPs); a VIP beyond them is not named there. A server that runs each service on its
 /// own port names each under its own entry, so it may serve any number of NAT VIPs.
 pub const MAX_NAT_TARGETS: usize = 4;
 

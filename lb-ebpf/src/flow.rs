@@ -206,12 +206,13 @@ fn entry(key: &FlowKey, slot: u32, b: &BackendSlot, meta: &VipMeta) -> FlowValue
 }
 
 /// Writes the entry of a flow chosen by Maglev: in `CONNS` when its client endpoint is
-/// free there or holds this flow already (a SYN that selects afresh); else in
-/// `CONNS_CLASH` (under its reply's key too, if its VIP's replies need that). Deciding here, after
+/// free there, holds this flow already (a SYN that selects afresh) or holds an older flow
+/// to the same backend address and port (which moves to `CONNS_CLASH`); else in
+/// `CONNS_CLASH` (a NAT flow under its reply's key too). Deciding here, after
 /// the insert, keeps the choice of the table off the verifier's paths through the rest of
 /// the program.
 #[inline(always)]
-fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta, own: bool) {
+fn record(key: &FlowKey, value: &FlowValue, own: bool) {
     let client = client_key(key);
     // Over the flow's own entry when the SYN's lookup found it; else only into a free place.
     let flags = (!own as u64) * BPF_NOEXIST as u64;
@@ -219,13 +220,49 @@ fn record(key: &FlowKey, value: &FlowValue, meta: &VipMeta, own: bool) {
         return;
     }
     // Taken: by this very flow (a SYN selecting afresh), or by another.
-    if unsafe { CONNS.get(&client) }.is_some_and(|v| is_flow_of(v, key)) {
-        let _ = CONNS.insert(&client, value, 0);
-        return;
+    if let Some(v) = unsafe { CONNS.get(&client) } {
+        if is_flow_of(v, key) {
+            let _ = CONNS.insert(&client, value, 0);
+            return;
+        }
+        // Another flow to the same backend address and port: the backend holds one
+        // connection per client endpoint, now this one, so its replies are this flow's.
+        if v.addr.words() == value.addr.words()
+            && backend_port(v.port, v.vip_port) == backend_port(value.port, key.dport)
+        {
+            displace(key, v);
+            let _ = CONNS.insert(&client, value, 0);
+            return;
+        }
     }
     // Best effort: a full LRU evicts the oldest flow, so this only fails on bad input.
     let _ = CONNS_CLASH.insert(key, value, 0);
-    crate::nat::remember(key, value, meta);
+    crate::nat::remember(key, value);
+}
+
+/// The port a flow's packets reach its backend on: the slot's, or the VIP port the
+/// client used when the slot keeps the packet's (0).
+#[inline(always)]
+fn backend_port(slot_port: u16, vip_port: u16) -> u16 {
+    if slot_port == 0 { vip_port } else { slot_port }
+}
+
+/// Moves the older flow `v` of `key`'s client endpoint from `CONNS` to `CONNS_CLASH`, under
+/// its whole flow key, so that its own packets keep their backend while the endpoint's
+/// place goes to the newer flow. Not inlined: rare, and its key would crowd the stack.
+#[inline(never)]
+fn displace(key: &FlowKey, v: &FlowValue) {
+    let older = FlowKey {
+        src: key.src,
+        dst: v.vip_addr,
+        sport: key.sport,
+        dport: v.vip_port,
+        proto: key.proto,
+        family: key.family,
+        dir: 0,
+    };
+    // Best effort, as the flow's own entry.
+    let _ = CONNS_CLASH.insert(&older, v, 0);
 }
 
 /// Picks the backend for `key` on the VIP `meta`; `absent`: the connection table was just
@@ -282,7 +319,7 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
     let value = entry(key, slot, active_slot(slot, meta.vip_id)?, meta);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
-        record(key, &value, meta, own);
+        record(key, &value, own);
     }
     Some(Choice::of(&value, true, ct_miss))
 }

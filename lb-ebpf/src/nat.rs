@@ -3,13 +3,13 @@
 //! destination, and names the flow's VIP and backend. So a new NAT flow costs one table
 //! insert, as a DSR one does (none when the flood guard leaves it unrecorded: its reply
 //! finds the backend by Maglev, as its packets do). A flow whose client endpoint is taken
-//! by another flow (`CONNS_CLASH`) is found from the backend's address and port, which
-//! name the VIPs it serves (`NAT_BACKENDS`, written by userspace); if they name too many,
-//! from a second entry under its reply's key.
+//! by another flow (`CONNS_CLASH`) is kept under its reply's key as well; one that moved to
+//! another backend since is found from that backend's address and port, which name the
+//! VIPs it serves (`NAT_BACKENDS`, written by userspace).
 
 use lb_common::{
     Addr, ClientKey, FLOW_F_NAT, FLOW_KEY_REPLY, FlowKey, FlowValue, MAX_NAT_TARGETS,
-    NatBackendKey, NatTarget, NatTargets, PROTO_ANY, VIP_F_REVERSE_ENTRY, VipMeta,
+    NatBackendKey, NatTarget, NatTargets, PROTO_ANY,
 };
 
 use crate::flood;
@@ -54,11 +54,11 @@ pub enum Found {
 }
 
 /// The flow of a packet `reply` (backend:bport -> client:cport), if it is a NAT flow of
-/// ours: written to `out`. The client endpoint's flow first, then the other recorded flows
-/// (of the VIPs the backend serves from the reply's port, which userspace lists with those
-/// it serves from any port; else those alone), then, while the flood guard may leave flows
-/// unrecorded, where Maglev sends them; last, the flow's entry under the reply's key
-/// (`reply` is marked as such for it).
+/// ours: written to `out`. The client endpoint's flow first, then a flow kept under the
+/// reply's key (`reply` is marked as such for that lookup only), then the other recorded
+/// flows (of the VIPs the backend serves from the reply's port, which userspace lists with
+/// those it serves from any port; else those alone), last, while the flood guard may leave
+/// flows unrecorded, where Maglev sends them.
 #[inline(always)]
 pub fn reverse(reply: &mut FlowKey, out: &mut NatReverse) -> Found {
     let client = ClientKey {
@@ -73,6 +73,13 @@ pub fn reverse(reply: &mut FlowKey, out: &mut NatReverse) -> Found {
             *out = NatReverse::of(v);
             return Found::Recorded;
         }
+    }
+    reply.dir = FLOW_KEY_REPLY;
+    let kept = unsafe { CONNS_CLASH.get(&*reply) };
+    reply.dir = 0;
+    if let Some(v) = kept {
+        *out = NatReverse::of(v);
+        return Found::Recorded;
     }
     let mut key = NatBackendKey {
         addr: reply.src,
@@ -93,14 +100,7 @@ pub fn reverse(reply: &mut FlowKey, out: &mut NatReverse) -> Found {
             return Found::ByMaglev;
         }
     }
-    reply.dir = FLOW_KEY_REPLY;
-    match unsafe { CONNS_CLASH.get(reply) } {
-        Some(v) => {
-            *out = NatReverse::of(v);
-            Found::Recorded
-        }
-        None => Found::No,
-    }
+    Found::No
 }
 
 /// The flow of `reply` in `CONNS_CLASH`, among the VIPs its backend serves: true, with
@@ -208,13 +208,15 @@ fn pinned_here(slot: u32, t: &NatTarget, reply: &FlowKey, out: &mut NatReverse) 
     false
 }
 
-/// Keeps a flow that `CONNS` does not hold under its reply's key as well, if its VIP's
-/// replies need that to be found (`VIP_F_REVERSE_ENTRY`). Not inlined: the key on the stack
-/// would push the program past the 512 bytes the BPF stack allows, and only clashing flows
-/// come here.
+/// Keeps a NAT flow that `CONNS` does not hold under its reply's key as well: the reply
+/// path looks there before it tries the VIPs its backend serves, so the latest flow of a
+/// client endpoint to a backend address and port is the one its replies are put back to
+/// (an older flow to another VIP may still be recorded), and a VIP whose replies do not
+/// name it is found at all. Not inlined: the key on the stack would push the program past
+/// the 512 bytes the BPF stack allows, and only clashing flows come here.
 #[inline(never)]
-pub fn remember(key: &FlowKey, value: &FlowValue, meta: &VipMeta) {
-    if meta.flags & VIP_F_REVERSE_ENTRY == 0 {
+pub fn remember(key: &FlowKey, value: &FlowValue) {
+    if value.flags & FLOW_F_NAT == 0 {
         return;
     }
     let reply = FlowKey {

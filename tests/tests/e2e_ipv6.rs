@@ -195,6 +195,15 @@ fn network_ipv6_tcp_l4_nat_client_port_in_two_flows() {
     data_path::tcp_l4_nat_client_port_in_two_flows(Family::V6);
 }
 
+/// DESIGN "Network vServices", data path contract, "NAT reply path", over IPv6: a client
+/// port used again for a connection to another NAT VIP on the same server and port is
+/// answered from that VIP.
+#[test]
+fn network_ipv6_tcp_l4_nat_client_port_reused_for_the_same_server() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_client_port_reused_for_the_same_server(Family::V6);
+}
+
 /// Contract `lb run`, over IPv6: SIGTERM exits without detaching (forwarding continues while
 /// the daemon is down) and a restarted daemon adopts the pinned program and maps (counters
 /// continue), so an established IPv6 TCP connection keeps working and new ones are still

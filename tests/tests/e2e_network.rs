@@ -51,12 +51,12 @@ fn network_tcp_l4_nat_spread_follows_weights() {
     data_path::tcp_l4_nat_spread_follows_weights(Family::V4);
 }
 
-/// Data path contract, "NAT reply path" (issue 16): six NAT VIPs on the same three servers, a port each, answered without a
-/// reverse entry per flow.
+/// Data path contract, "NAT reply path" (issue 16): six NAT VIPs on the same three
+/// servers, a port each, each answered from its own port, with one entry per flow.
 #[test]
-fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {
+fn network_tcp_l4_nat_port_per_vip_answered_from_each_port() {
     let _guard = serial();
-    data_path::tcp_l4_nat_port_per_vip_needs_no_reverse_entries(Family::V4);
+    data_path::tcp_l4_nat_port_per_vip_answered_from_each_port(Family::V4);
 }
 
 /// DESIGN "Network vServices" (NAT replies reversed from the connection table) and the data
@@ -67,6 +67,15 @@ fn network_tcp_l4_nat_port_per_vip_needs_no_reverse_entries() {
 fn network_tcp_l4_nat_client_port_in_two_flows() {
     let _guard = serial();
     data_path::tcp_l4_nat_client_port_in_two_flows(Family::V4);
+}
+
+/// DESIGN "Network vServices", data path contract, "NAT reply path": a client port used
+/// again for a connection to another NAT VIP on the same server and port is answered from
+/// that VIP, not from the VIP of the port's older, closed connection.
+#[test]
+fn network_tcp_l4_nat_client_port_reused_for_the_same_server() {
+    let _guard = serial();
+    data_path::tcp_l4_nat_client_port_reused_for_the_same_server(Family::V4);
 }
 
 /// Data path contract, "Flood guard": with the guard at 1 new flow per second, 300 TCP

@@ -1,13 +1,15 @@
 //! `NAT_BACKENDS`: for every NAT backend address and port, the VIPs whose flows it serves
-//! (with the protocol of each), so the data path finds a reply's flow in the connection table
-//! instead of writing a reverse entry for every new flow. A server running several services,
-//! each on its own port, names each service's VIPs under its own entry.
+//! (with the protocol of each). The data path finds most replies by their client endpoint,
+//! and a flow kept beside another flow of that endpoint by its reply's key; these entries
+//! find the rest (such a flow that moved to another backend since), and tell which VIPs'
+//! replies Maglev finds when the flood guard leaves flows unrecorded. A server running
+//! several services, each on its own port, names each service's VIPs under its own entry.
 //!
 //! Entries are written before the slots and VIPs that send flows to a backend (a reply of
 //! the first flow already finds its VIP) and removed after them. A VIP named in the entries
 //! stays named for the backends it keeps, even when a change (a backend shared by too many
-//! VIPs, a Port Range onto one port) makes it write reverse entries from then on: the
-//! flows it has are only found through these entries.
+//! VIPs, a Port Range onto one port) leaves it untraced for the others: the flows it has
+//! there may only be found through these entries.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,8 +23,9 @@ use super::state::{State, VipState};
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct NatBackends {
     entries: HashMap<NatBackendKey, NatTargets>,
-    /// Ids of the NAT VIPs left out: they keep reverse entries.
-    reverse: HashSet<u32>,
+    /// Ids of the NAT VIPs left out (untraced): their replies are found by client
+    /// endpoint or reply key only.
+    untraced: HashSet<u32>,
     /// Ids of the NAT VIPs whose replies are found by Maglev when their flows are not
     /// recorded: only these may leave new flows unrecorded under a flood.
     guarded: HashSet<u32>,
@@ -91,7 +94,7 @@ fn targets_of(v: &VipState) -> (Vec<(NatBackendKey, NatTarget)>, bool) {
 type Wanted<'a> = (&'a VipState, Vec<(NatBackendKey, NatTarget)>, bool);
 
 /// The NAT VIPs whose unrecorded flows' replies Maglev finds without doubt: TCP VIPs of
-/// one port (a reply names its backend port), without reverse entries, and whose every
+/// one port (a reply names its backend port), traced under every backend, and whose every
 /// backend address and port answers for no other VIP, of that port or of any port (else a
 /// reply could be another VIP's flow). UDP VIPs always record their flows: a backend's own
 /// datagrams from its service port (a resolver's queries from port 53) would pass for
@@ -99,7 +102,7 @@ type Wanted<'a> = (&'a VipState, Vec<(NatBackendKey, NatTarget)>, bool);
 fn guarded(
     wanted: &[Wanted],
     out: &HashMap<NatBackendKey, NatTargets>,
-    reverse: &HashSet<u32>,
+    untraced: &HashSet<u32>,
 ) -> HashSet<u32> {
     // An entry of a backend port lists the VIPs served from any port too (see `expand`).
     let alone = |k: &NatBackendKey, t: &NatTarget| {
@@ -116,7 +119,7 @@ fn guarded(
         .filter(|(v, targets, _)| {
             v.proto == TCP
                 && v.ports.0 == v.ports.1
-                && !reverse.contains(&v.vip_id)
+                && !untraced.contains(&v.vip_id)
                 && !targets.is_empty()
                 && targets.iter().all(|(k, t)| alone(k, t))
         })
@@ -198,8 +201,9 @@ impl NatBackends {
     /// The entries of `state`'s NAT VIPs, given what `old` (the entries in the map, when
     /// known) holds. Every target of `old` the state still has is kept first, so a VIP
     /// never loses the replies of the flows it has. A VIP that cannot be traced under every
-    /// backend (see `VIP_F_REVERSE_ENTRY`) is named in `reverse`: its new flows write
-    /// reverse entries, and it gains no target (it keeps the ones it had).
+    /// backend (its replies do not tell its port, or a backend address and port would name
+    /// more than `MAX_NAT_TARGETS`) is named in `untraced`, and it gains no target (it
+    /// keeps the ones it had).
     pub fn plan(state: &State, old: Option<&NatBackends>) -> NatBackends {
         let wanted: Vec<_> = state
             .vips
@@ -237,13 +241,13 @@ impl NatBackends {
                 placed.place(*k, *t);
             }
         }
-        let mut reverse = HashSet::new();
+        let mut untraced = HashSet::new();
         for (v, targets, untraceable) in &wanted {
             let new: Vec<&(NatBackendKey, NatTarget)> =
                 targets.iter().filter(|(k, t)| !was(k, t)).collect();
             // Room for the rest under every backend, or none of it is added.
             if *untraceable || !placed.fits(&new) {
-                reverse.insert(v.vip_id);
+                untraced.insert(v.vip_id);
                 continue;
             }
             for (k, target) in new {
@@ -251,7 +255,7 @@ impl NatBackends {
             }
         }
         let mut out = placed.expand();
-        let guarded = guarded(&wanted, &out, &reverse);
+        let guarded = guarded(&wanted, &out, &untraced);
         for t in out.values_mut() {
             for target in &mut t.targets[..t.len as usize] {
                 if guarded.contains(&target.vip_id) {
@@ -261,17 +265,15 @@ impl NatBackends {
         }
         NatBackends {
             entries: out,
-            reverse,
+            untraced,
             guarded,
         }
     }
 
-    /// Marks the VIPs of `state` (the one planned) that keep reverse entries, and those
-    /// whose new flows the flood guard may leave unrecorded (DSR VIPs, which have no
-    /// replies to find, and the NAT VIPs in `guarded`).
+    /// Marks the VIPs of `state` (the one planned) whose new flows the flood guard may leave
+    /// unrecorded (DSR VIPs, which have no replies to find, and the NAT VIPs in `guarded`).
     pub fn mark(&self, state: &mut State) {
         for v in &mut state.vips {
-            v.reverse_entries = self.reverse.contains(&v.vip_id);
             v.flood_guard = v.dsr || self.guarded.contains(&v.vip_id);
         }
     }
@@ -307,7 +309,7 @@ impl NatBackends {
         }
         Ok(NatBackends {
             entries,
-            reverse: HashSet::new(),
+            untraced: HashSet::new(),
             guarded: HashSet::new(),
         })
     }
@@ -358,9 +360,10 @@ mod tests {
             next_slot: 0,
             next_epoch: 0,
         };
-        let nat = NatBackends::plan(&state, None);
-        nat.mark(&mut state);
-        let nat = nat.entries;
+        let planned = NatBackends::plan(&state, None);
+        planned.mark(&mut state);
+        assert!(untraced_ids(&state, &planned).is_empty());
+        let nat = planned.entries;
         assert_eq!(nat.len(), 4);
         let t = nat[&key("10.2.0.1", 8080)];
         assert_eq!((t.len, t.targets[0].vip_id), (1, 1));
@@ -374,46 +377,39 @@ mod tests {
         assert_eq!((t.backend_port, t.vip_port, t.proto), (0, 0, 17));
         let t = nat[&key("10.2.0.4", 0)].targets[0];
         assert_eq!((t.vip_id, t.proto), (4, PROTO_ANY));
-        assert!(state.vips.iter().all(|v| !v.reverse_entries));
     }
 
-    /// Issue 16: VIPs whose replies cannot name them keep a reverse entry per flow: a Port
-    /// Range onto one backend port, and the fifth VIP sharing one backend address.
+    /// Issue 16: VIPs whose replies cannot name them are left untraced: a Port Range onto
+    /// one backend port, and the fifth VIP sharing one backend address.
     #[test]
-    fn untraceable_vips_keep_reverse_entries() {
+    fn untraceable_vips_are_left_out() {
         let mut vips = vec![vip(1, 6, (8000, 8100), false, &[("10.2.0.1", 80)])];
         for id in 2..=6 {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         }
         let (nat, state) = planned(vips);
+        assert_eq!(untraced_ids(&state, &nat), vec![1, 6]);
         let nat = nat.entries;
-        let flagged: Vec<u32> = state
-            .vips
-            .iter()
-            .filter(|v| v.reverse_entries)
-            .map(|v| v.vip_id)
-            .collect();
-        assert_eq!(flagged, vec![1, 6]);
         assert_eq!(nat[&key("10.2.0.9", 8080)].len, MAX_NAT_TARGETS as u32);
         assert!(!nat.contains_key(&key("10.2.0.1", 80)));
     }
 
-    /// Issue 16: a server running a service per port serves any number of NAT VIPs
-    /// without reverse entries: each port names its own VIPs.
+    /// Issue 16: a server running a service per port serves any number of traced NAT
+    /// VIPs: each port names its own VIPs.
     #[test]
-    fn a_port_per_vip_needs_no_reverse_entries() {
+    fn a_port_per_vip_traces_every_vip() {
         let vips = (1..=20)
             .map(|id| vip(id, 6, (80, 80), false, &[("10.2.0.9", 8000 + id as u16)]))
             .collect();
         let (nat, state) = planned(vips);
-        assert!(state.vips.iter().all(|v| !v.reverse_entries));
+        assert!(untraced_ids(&state, &nat).is_empty());
         assert_eq!(nat.entries.len(), 20);
         assert_eq!(vip_ids(&nat, "10.2.0.9", 8007), vec![7]);
     }
 
     /// Issue 16: a reply reads one entry, so a port's entry also lists the VIPs its
     /// address serves from any port (ANY-L3), and both must fit in it together: the VIP
-    /// that would overfill it keeps reverse entries.
+    /// that would overfill it is left untraced.
     #[test]
     fn a_port_lists_the_vips_its_address_serves_from_any_port() {
         let mut vips: Vec<VipState> = (1..=3)
@@ -431,10 +427,20 @@ mod tests {
         vips.push(vip(5, 0, (0, 0), false, &[("10.2.0.9", 0)]));
         vips.push(vip(6, 0, (0, 0), false, &[("10.2.0.9", 0)]));
         let (nat, _) = planned(vips);
-        assert_eq!(nat.reverse, HashSet::from([6]));
+        assert_eq!(nat.untraced, HashSet::from([6]));
         assert_eq!(vip_ids(&nat, "10.2.0.9", 8080), vec![1, 2, 3, 5]);
         assert_eq!(vip_ids(&nat, "10.2.0.9", 9090), vec![4, 5]);
         assert_eq!(vip_ids(&nat, "10.2.0.9", 0), vec![5]);
+    }
+
+    /// The ids of `state`'s VIPs that `nat` left untraced, in state order.
+    fn untraced_ids(state: &State, nat: &NatBackends) -> Vec<u32> {
+        state
+            .vips
+            .iter()
+            .map(|v| v.vip_id)
+            .filter(|id| nat.untraced.contains(id))
+            .collect()
     }
 
     fn vip_ids(nat: &NatBackends, k: &str, port: u16) -> Vec<u32> {
@@ -445,11 +451,11 @@ mod tests {
             .collect()
     }
 
-    /// Issue 16: a traced VIP that gains a backend already shared by four VIPs writes
-    /// reverse entries from then on, but keeps its targets under the backends it had: the
+    /// Issue 16: a traced VIP that gains a backend already shared by four VIPs is left
+    /// untraced from then on, but keeps its targets under the backends it had: the
     /// replies of its flows there are still found.
     #[test]
-    fn a_vip_keeps_its_targets_when_it_turns_to_reverse_entries() {
+    fn a_vip_keeps_its_targets_when_it_is_left_untraced() {
         let mut vips = vec![vip(1, 6, (80, 80), false, &[("10.2.0.1", 8080)])];
         for id in 2..=5 {
             vips.push(vip(id, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
@@ -460,7 +466,7 @@ mod tests {
             next_epoch: 0,
         };
         let before = NatBackends::plan(&state, None);
-        assert!(before.reverse.is_empty());
+        assert!(before.untraced.is_empty());
         let mut changed = state;
         changed.vips[0] = vip(
             1,
@@ -470,7 +476,7 @@ mod tests {
             &[("10.2.0.1", 8080), ("10.2.0.9", 8080)],
         );
         let after = NatBackends::plan(&changed, Some(&before));
-        assert_eq!(after.reverse, HashSet::from([1]));
+        assert_eq!(after.untraced, HashSet::from([1]));
         assert_eq!(vip_ids(&after, "10.2.0.1", 8080), vec![1]);
         assert_eq!(vip_ids(&after, "10.2.0.9", 8080), vec![2, 3, 4, 5]);
     }
@@ -493,11 +499,11 @@ mod tests {
             .vips
             .insert(0, vip(1, 6, (80, 80), false, &[("10.2.0.9", 8080)]));
         let after = NatBackends::plan(&grown, Some(&before));
-        assert_eq!(after.reverse, HashSet::from([1]));
+        assert_eq!(after.untraced, HashSet::from([1]));
         assert_eq!(vip_ids(&after, "10.2.0.9", 8080), vec![2, 3, 4, 5]);
         // Without what the map held, the same state plans in list order.
         let fresh = NatBackends::plan(&grown, None);
-        assert_eq!(fresh.reverse, HashSet::from([5]));
+        assert_eq!(fresh.untraced, HashSet::from([5]));
     }
 
     /// Issue 16 (flood guard): only NAT TCP VIPs whose replies name them alone may leave

@@ -40,10 +40,6 @@ pub(crate) struct VipState {
     /// state written before digests existed, rebuilt at the next apply).
     #[serde(default)]
     pub table_digest: u64,
-    /// A NAT VIP whose replies cannot be traced through `NAT_BACKENDS`: each new flow
-    /// writes a reverse entry (`VIP_F_REVERSE_ENTRY`).
-    #[serde(default)]
-    pub reverse_entries: bool,
     /// New flows may go unrecorded under a flood (`VIP_F_FLOOD_GUARD`).
     #[serde(default)]
     pub flood_guard: bool,
@@ -166,7 +162,6 @@ pub(crate) fn test_vip(
         table_size: 0,
         table_hash: 0,
         table_digest: 0,
-        reverse_entries: false,
         flood_guard: false,
         epoch: 0,
         backends: backends

@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use aya::maps::lpm_trie::Key;
 use lb_common::{
     ADDR_VIP_ANY, ADDR_VIP_RANGE, Addr, AddrKey, BackendSlot, MAX_BACKEND_SLOTS, MAX_VIPS,
-    PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_FLOOD_GUARD,
-    VIP_F_REVERSE_ENTRY, VipById, VipKey, VipMeta,
+    PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_FLOOD_GUARD, VipById,
+    VipKey, VipMeta,
 };
 
 use tracing::debug;
@@ -167,7 +167,6 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             table_size: 0,
             table_hash: 0,
             table_digest: 0,
-            reverse_entries: false,
             flood_guard: false,
             epoch,
             backends: slots,
@@ -209,9 +208,6 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     let new_nat = NatBackends::plan(&new, Some(&old_nat));
     new_nat.mark(&mut new);
     new_nat.write(&mut dp.maps, Some(&old_nat))?;
-    if trust_old {
-        flag_reverse_entries(&mut dp.maps, old, &new)?;
-    }
     let filled = started.elapsed();
     let maps = &mut dp.maps;
     maps.backend_stats.reset(&counter_ids.fresh)?;
@@ -408,11 +404,6 @@ fn meta(v: &VipState) -> VipMeta {
     VipMeta {
         vip_id: v.vip_id,
         flags: if v.dsr { VIP_F_DSR } else { 0 }
-            | if v.reverse_entries {
-                VIP_F_REVERSE_ENTRY
-            } else {
-                0
-            }
             | if v.flood_guard { VIP_F_FLOOD_GUARD } else { 0 },
         table_size: v.table_size,
         epoch: v.epoch,
@@ -500,39 +491,10 @@ fn write_entries(maps: &mut Maps, v: &VipState) -> Result<()> {
 
 /// The entries of a VIP are its key(s) and `meta`: the same when these are.
 fn same_entries(a: &VipState, b: &VipState) -> bool {
-    same_keys_and_table(a, b)
-        && a.reverse_entries == b.reverse_entries
-        && a.flood_guard == b.flood_guard
-        && a.epoch == b.epoch
-}
-
-/// The same keys and table size (so `meta` differs at most by its flags).
-fn same_keys_and_table(a: &VipState, b: &VipState) -> bool {
     (a.address, a.proto, a.ports, a.dsr, a.table_size)
         == (b.address, b.proto, b.ports, b.dsr, b.table_size)
-}
-
-/// Before the slots are written: the VIPs that start writing reverse entries get the flag
-/// now, so that no new flow to a backend that cannot name them goes without one. (Only
-/// those whose other entries are unchanged; the others follow with every VIP entry.)
-fn flag_reverse_entries(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
-    let before: HashMap<u32, &VipState> = old.vips.iter().map(|v| (v.vip_id, v)).collect();
-    for v in new.vips.iter().filter(|v| v.reverse_entries) {
-        let Some(o) = before.get(&v.vip_id) else {
-            continue;
-        };
-        if o.reverse_entries || !same_keys_and_table(o, v) {
-            continue;
-        }
-        // With the epoch it has until its slots are written: a flow that read a slot now
-        // must not keep it under the new epoch.
-        let early = VipState {
-            epoch: o.epoch,
-            ..v.clone()
-        };
-        write_entries(maps, &early)?;
-    }
-    Ok(())
+        && a.flood_guard == b.flood_guard
+        && a.epoch == b.epoch
 }
 
 /// Removes the entries of VIPs and backend slots no longer in use.

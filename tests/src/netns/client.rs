@@ -142,6 +142,18 @@ impl HeldConn {
         Ok(())
     }
 
+    /// Closes the connection the way a client ends it first: its FIN, then the server's
+    /// (read as end of stream), so the server has let the connection go when this returns
+    /// and the client end waits in TIME_WAIT.
+    pub fn close(mut self) -> Result<()> {
+        self.stream.shutdown(std::net::Shutdown::Write)?;
+        let mut rest = Vec::new();
+        self.stream
+            .read_to_end(&mut rest)
+            .context("waiting for the server to close")?;
+        Ok(())
+    }
+
     /// The local (client) address of the connection.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.stream.local_addr()?)

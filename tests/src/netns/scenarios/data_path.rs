@@ -188,11 +188,11 @@ fn recorded_flows(topo: &Topology) -> (usize, usize, usize) {
 
 /// A server running a service per port, for more NAT VIPs than one backend address and
 /// port can name (4): six tcp-l4 NAT VIPs, each over the three backends on a port of its
-/// own. 20 connections to each are answered from that VIP's port, and no flow was kept
-/// under its reply's key as well (no `CONNS_CLASH` entry is marked as a reply's): each
-/// reply found its flow by its client endpoint, or, for a client port in two flows, by
-/// backend address and port.
-pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
+/// own. 20 connections to each are answered from that VIP's port, and a flow was kept
+/// under its reply's key as well only when its client port was in another flow (as many
+/// `CONNS_CLASH` entries are marked as a reply's as are not): each reply found its flow
+/// by its client endpoint.
+pub fn tcp_l4_nat_port_per_vip_answered_from_each_port(family: Family) {
     require_data_path().expect("data path built");
     let label = family.label("port per vip");
     let topo = family.topology(None);
@@ -232,8 +232,9 @@ pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
         "{label}: the flows are recorded ({conns} + {beside})"
     );
     assert_eq!(
-        reverse, 0,
-        "{label}: no flow was kept under its reply's key"
+        reverse, beside,
+        "{label}: only the flows beside another flow of their client port are kept under \
+         their reply's key"
     );
 }
 
@@ -243,8 +244,8 @@ pub fn tcp_l4_nat_port_per_vip_needs_no_reverse_entries(family: Family) {
 /// client ports, one connection to each VIP, `one` first for even ports and `range` first
 /// for odd ones. Every connection is answered from its own VIP's port and echoes three
 /// rounds. The connection table holds the first connection of each port by its client
-/// endpoint, the second beside it by its whole flow key (10 entries), and the five later
-/// `range` connections under their reply's key too.
+/// endpoint, the second beside it by its whole flow key and under its reply's key (10
+/// entries each).
 pub fn tcp_l4_nat_client_port_in_two_flows(family: Family) {
     require_data_path().expect("data path built");
     let label = family.label("client port in two flows");
@@ -319,9 +320,60 @@ pub fn tcp_l4_nat_client_port_in_two_flows(family: Family) {
     );
     assert_eq!(beside, 10, "{label}: the other flow beside it");
     assert_eq!(
-        reply, 5,
-        "{label}: the later `range` flows under their reply's key"
+        reply, 10,
+        "{label}: the later flows under their reply's key"
     );
+}
+
+/// One client address and port used again, after its connection closed, for a connection
+/// to another NAT VIP on the same server and port (as a client's kernel does when it picks
+/// a port for a new destination): `a` and `b`, port 80 each, over one server's port 8303.
+/// For ten client ports, connections to `a`, `b`, `a` one after the other, each opened from
+/// that port once the one before has closed: every one is answered and echoes, its replies
+/// put back to its own VIP although the older flow of the port to the same server is
+/// still recorded.
+pub fn tcp_l4_nat_client_port_reused_for_the_same_server(family: Family) {
+    require_data_path().expect("data path built");
+    let label = family.label("client port reused for the same server");
+    let topo = family.topology(None);
+    let (a, b) = (family.vip(52), family.vip(53));
+    let (mut cfg, names) = services_on_port(&topo, family, 8303);
+    for (name, vip) in [("a", a), ("b", b)] {
+        cfg += &vservice(
+            &family.vip_name(name),
+            "tcp-l4",
+            vip,
+            "port = 80",
+            "nat",
+            &[names[0].as_str()],
+        );
+    }
+    load(&topo, &cfg);
+    let client = family.client_addr();
+    let answered = topo
+        .client
+        .run(|| {
+            let mut answered = 0;
+            for k in 0..10u16 {
+                let local = SocketAddr::new(client, 45200 + k);
+                for vip in [a, b, a] {
+                    let mut conn = HeldConn::open_from(local, at(vip, 80))
+                        .unwrap_or_else(|e| panic!("{label}: {local} -> {vip}: {e:#}"));
+                    assert_eq!(
+                        conn.reply.port, 8303,
+                        "{label}: {vip} answered by its server"
+                    );
+                    conn.echo("again")
+                        .unwrap_or_else(|e| panic!("{label}: echo {local} -> {vip}: {e:#}"));
+                    conn.close()
+                        .unwrap_or_else(|e| panic!("{label}: closing {local} -> {vip}: {e:#}"));
+                    answered += 1;
+                }
+            }
+            answered
+        })
+        .expect("client namespace");
+    println!("{label}: {answered} connections from 10 client ports, each answered and echoed");
 }
 
 /// The connection table's flood guard at 1 new flow per second and CPU: nearly every flow
