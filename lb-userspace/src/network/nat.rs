@@ -12,6 +12,7 @@
 //! there may only be found through these entries.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use anyhow::{Context, Result};
 use lb_common::{Addr, MAX_NAT_TARGETS, NatBackendKey, NatTarget, NatTargets, PROTO_ANY};
@@ -20,8 +21,10 @@ use super::maps::Maps;
 use super::state::{State, VipState};
 
 /// What `NAT_BACKENDS` holds for one written state.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct NatBackends {
+    /// Digest of what `plan` read of the state (`inputs_of`); `None` when read from the map.
+    inputs: Option<u64>,
     entries: HashMap<NatBackendKey, NatTargets>,
     /// Ids of the NAT VIPs left out (untraced): their replies are found by client
     /// endpoint or reply key only.
@@ -127,6 +130,21 @@ fn guarded(
         .collect()
 }
 
+/// A digest of everything `NatBackends::plan` reads of `state`: each VIP's id, address,
+/// protocol, ports, mode and table size, and its backends' addresses and ports (active or
+/// not: a failed backend keeps its targets).
+fn inputs_of(state: &State) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    for v in &state.vips {
+        (v.vip_id, v.address, v.proto, v.ports, v.dsr, v.table_size).hash(&mut h);
+        v.backends.len().hash(&mut h);
+        for b in &v.backends {
+            (b.address, b.port).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
 /// IP protocol number of TCP.
 const TCP: u8 = 6;
 
@@ -204,7 +222,16 @@ impl NatBackends {
     /// backend (its replies do not tell its port, or a backend address and port would name
     /// more than `MAX_NAT_TARGETS`) is named in `untraced`, and it gains no target (it
     /// keeps the ones it had).
+    ///
+    /// A state whose VIPs and backend addresses and ports are those `old` was planned for
+    /// (a backend failing or returning, a weight or a name changing) keeps `old` as it is:
+    /// planned again it would name the same targets, and at 1,000 VIPs x 100 backends the
+    /// planning took about a third of the time to the tables' swap (issue 16).
     pub fn plan(state: &State, old: Option<&NatBackends>) -> NatBackends {
+        let inputs = inputs_of(state);
+        if let Some(old) = old.filter(|o| o.inputs == Some(inputs)) {
+            return old.clone();
+        }
         let wanted: Vec<_> = state
             .vips
             .iter()
@@ -264,6 +291,7 @@ impl NatBackends {
             }
         }
         NatBackends {
+            inputs: Some(inputs),
             entries: out,
             untraced,
             guarded,
@@ -308,6 +336,7 @@ impl NatBackends {
             entries.insert(k, t);
         }
         Ok(NatBackends {
+            inputs: None,
             entries,
             untraced: HashSet::new(),
             guarded: HashSet::new(),
@@ -563,5 +592,39 @@ mod tests {
         assert_eq!(sizes("10.2.0.3", 53), [(3, 0)]);
         assert_eq!(sizes("10.2.0.4", 81), [(4, 0), (5, 0)]);
         assert_eq!(sizes("10.2.0.4", 0), [(5, 0)]);
+    }
+
+    /// Issue 16 (a backend of 1,000 VIPs failing swapped within 100 ms): a state whose
+    /// backends only changed health keeps the plan as it was, without planning again; one
+    /// whose backend moved to another port is planned again.
+    #[test]
+    fn a_failed_backend_keeps_the_plan_and_a_moved_one_changes_it() {
+        let vips = (1..=6)
+            .map(|id| {
+                vip(
+                    id,
+                    6,
+                    (80, 80),
+                    false,
+                    &[("10.2.0.1", 8080), ("10.2.0.9", 8080)],
+                )
+            })
+            .collect();
+        let mut state = State {
+            vips,
+            next_slot: 0,
+            next_epoch: 0,
+        };
+        let before = NatBackends::plan(&state, None);
+        for v in &mut state.vips {
+            v.backends[0].active = false;
+        }
+        let failed = NatBackends::plan(&state, Some(&before));
+        assert_eq!(failed, before);
+        assert_eq!(failed.entries, NatBackends::plan(&state, None).entries);
+        state.vips[0].backends[0].port = 9090;
+        let moved = NatBackends::plan(&state, Some(&before));
+        assert_ne!(moved.inputs, before.inputs);
+        assert_eq!(vip_ids(&moved, "10.2.0.1", 9090), vec![1]);
     }
 }
