@@ -131,10 +131,17 @@ impl State {
         }
     }
 
-    /// Writes the state atomically (write + rename), as compact JSON: 1,000 VIPs x 100
-    /// backends are 100,000 slots, written after every change.
-    pub fn write(&self, pin_dir: &Path) -> Result<()> {
-        write_atomically(&path_for(pin_dir), &serde_json::to_vec(self)?)
+    /// The state file's bytes, as compact JSON: 1,000 VIPs x 100 backends are 100,000
+    /// slots, saved after every change. Encoded apart from [`State::write_encoded`] so that
+    /// the writer encodes them (about 40 ms at 100,000 slots) while it writes the maps.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        Ok(serde_json::to_vec(self)?)
+    }
+
+    /// Saves bytes from [`State::encode`] atomically (write + rename) as the state file of
+    /// `pin_dir`.
+    pub fn write_encoded(pin_dir: &Path, bytes: &[u8]) -> Result<()> {
+        write_atomically(&path_for(pin_dir), bytes)
     }
 
     /// Forgets the state of an unloaded data path.

@@ -207,35 +207,39 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     };
     let new_nat = NatBackends::plan(&new, Some(&old_nat));
     new_nat.mark(&mut new);
-    new_nat.write(&mut dp.maps, Some(&old_nat))?;
-    let filled = started.elapsed();
-    let maps = &mut dp.maps;
-    maps.backend_stats.reset(&counter_ids.fresh)?;
-    batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
-    batch::swap_tables(maps.maglev_fd.as_fd(), &tables)
-        .context("swapping in the new Maglev tables")?;
-    let swapped = started.elapsed();
     let pin_dir = dp.pin_dir().map(std::path::Path::to_path_buf);
-    if let Some(dir) = &pin_dir {
-        let dir = pins::dir(dir);
-        if trust_old {
-            for (id, table) in &tables {
-                pins::replace(&dir, *id, table.fd.as_fd())?;
+    // On a pinned data path the state file is saved before apply returns; its encoding
+    // runs on a second thread while the maps are written (issue 16: one backend of 1,000
+    // VIPs failing, 100,000 slots).
+    let (filled, swapped, encoded) = std::thread::scope(|s| -> Result<_> {
+        let encoding = pin_dir.is_some().then(|| s.spawn(|| new.encode()));
+        new_nat.write(&mut dp.maps, Some(&old_nat))?;
+        let filled = started.elapsed();
+        let maps = &mut dp.maps;
+        maps.backend_stats.reset(&counter_ids.fresh)?;
+        batch::write_slots(&mut maps.backends, maps.backends_fd.as_fd(), &slot_writes)?;
+        batch::swap_tables(maps.maglev_fd.as_fd(), &tables)
+            .context("swapping in the new Maglev tables")?;
+        let swapped = started.elapsed();
+        if let Some(dir) = &pin_dir {
+            let dir = pins::dir(dir);
+            if trust_old {
+                for (id, table) in &tables {
+                    pins::replace(&dir, *id, table.fd.as_fd())?;
+                }
             }
         }
-    }
-    dp.pool.swapped(tables);
-    write_vip_entries(&mut dp.maps, old, &new, trust_old)?;
-    remove_stale(&mut dp.maps, old, &new, &used_slots)?;
-    for vip_id in drop_unused_tables(&mut dp.maps, old, &new, pin_dir.as_deref(), trust_old)? {
-        dp.pool.forget(vip_id);
-    }
-    write_addrs(&mut dp.maps, old, &new)?;
-    new_nat.remove_stale(&mut dp.maps, &old_nat);
-    new_filter.write(&mut dp.maps, Some(&grown))?;
-    dp.maps.flush_nexthops()?;
-    if let Some(dir) = &pin_dir {
-        if !trust_old {
+        dp.pool.swapped(tables);
+        write_vip_entries(&mut dp.maps, old, &new, trust_old)?;
+        remove_stale(&mut dp.maps, old, &new, &used_slots)?;
+        for vip_id in drop_unused_tables(&mut dp.maps, old, &new, pin_dir.as_deref(), trust_old)? {
+            dp.pool.forget(vip_id);
+        }
+        write_addrs(&mut dp.maps, old, &new)?;
+        new_nat.remove_stale(&mut dp.maps, &old_nat);
+        new_filter.write(&mut dp.maps, Some(&grown))?;
+        dp.maps.flush_nexthops()?;
+        if let Some(dir) = pin_dir.as_ref().filter(|_| !trust_old) {
             // The first write of this process: the pins are made to match MAGLEV, whatever
             // an earlier process left.
             let ids: Vec<u32> = new
@@ -246,7 +250,18 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
                 .collect();
             pins::sync(&pins::dir(dir), dp.maps.maglev_fd.as_fd(), &ids)?;
         }
-        new.write(dir)?;
+        let encoded = match encoding {
+            Some(thread) => Some(
+                thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("encoding the data-path state panicked"))??,
+            ),
+            None => None,
+        };
+        Ok((filled, swapped, encoded))
+    })?;
+    if let (Some(dir), Some(bytes)) = (&pin_dir, encoded) {
+        State::write_encoded(dir, &bytes)?;
     }
     debug!(
         vips = new.vips.len(),
