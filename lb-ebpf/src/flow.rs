@@ -11,7 +11,7 @@ use crate::headers::{IPPROTO_TCP, IPPROTO_UDP};
 use crate::ip::IpHeader;
 use crate::maps::{BACKENDS, CONNS, CONNS_CLASH, MAGLEV, VIP_BY_ID};
 use crate::parse::Packet;
-use crate::stats::Event;
+use crate::stats::{self, Event};
 
 /// Result of choosing a backend for one packet.
 pub struct Choice {
@@ -265,8 +265,14 @@ fn displace(key: &FlowKey, v: &FlowValue) {
     let _ = CONNS_CLASH.insert(&older, v, 0);
 }
 
-/// Picks the backend for `key` on the VIP `meta`; `absent`: the connection table was just
-/// found not to hold the flow. `None`: the VIP has no usable backend.
+/// Picks the backend for `key` on the VIP `meta` and counts the packet (`bytes`) on the VIP
+/// and the backend's Backend Service; `absent`: the connection table was just found not to
+/// hold the flow. `None`: the VIP has no usable backend.
+///
+/// A new flow is counted before its entry is written: with 100,000 Backend Services their
+/// counters miss the CPU cache, and that wait then overlaps the insert instead of following
+/// it (issue 16: a new flow at 100 VIPs x 1,000 backends, a port per VIP, about 1,030 ->
+/// 980 ns).
 ///
 /// A TCP SYN selects afresh, but looks its client endpoint up before the Maglev table and
 /// the slot are read: the lookup brings the table's bucket into the CPU cache while those
@@ -275,7 +281,13 @@ fn displace(key: &FlowKey, v: &FlowValue) {
 /// while the flood guard leaves this CPU's new flows unrecorded: there is no insert to
 /// speed up then, and a SYN flood must stay cheap.
 #[inline(always)]
-pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Option<Choice> {
+pub fn choose(
+    key: &FlowKey,
+    meta: &VipMeta,
+    is_syn: bool,
+    absent: bool,
+    bytes: u64,
+) -> Option<Choice> {
     let mut ct_miss = false;
     let mut own = false;
     if is_syn && !flood::saturated() {
@@ -303,13 +315,13 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
                 let v = unsafe { &mut *v };
                 // The backend the flow kept, while none of the VIP's slots changed.
                 if v.epoch == meta.epoch && v.vip_id == meta.vip_id {
-                    return Some(Choice::of(v, false, false));
+                    return Some(counted(Choice::of(v, false, false), meta, bytes));
                 }
                 // A flow keeps its backend while the slot is active (drained included);
                 // a failed or removed backend makes it re-hash below.
                 if let Some(b) = active_slot(v.slot, meta.vip_id) {
                     *v = entry(key, v.slot, b, meta);
-                    return Some(Choice::of(v, false, false));
+                    return Some(counted(Choice::of(v, false, false), meta, bytes));
                 }
             }
             None => ct_miss = true,
@@ -317,9 +329,17 @@ pub fn choose(key: &FlowKey, meta: &VipMeta, is_syn: bool, absent: bool) -> Opti
     }
     let slot = maglev_slot(key, meta.vip_id, meta.table_size)?;
     let value = entry(key, slot, active_slot(slot, meta.vip_id)?, meta);
+    let choice = counted(Choice::of(&value, true, ct_miss), meta, bytes);
     // Only VIPs whose unrecorded flows keep working may leave them unrecorded.
     if meta.flags & VIP_F_FLOOD_GUARD == 0 || flood::may_record() {
         record(key, &value, own);
     }
-    Some(Choice::of(&value, true, ct_miss))
+    Some(choice)
+}
+
+/// Counts a packet of `bytes` sent as `choice` says on its VIP and Backend Service.
+#[inline(always)]
+fn counted(choice: Choice, meta: &VipMeta, bytes: u64) -> Choice {
+    stats::forwarded(meta.vip_id, choice.counters, &choice.event(bytes));
+    choice
 }

@@ -150,8 +150,9 @@ fn ttl_expired<H: IpHeader>(pkt: &Packet<H>, meta: &VipMeta) -> bool {
     expired
 }
 
-/// Client -> VIP: choose a backend and forward. `flow`: the packet's flow key, whether it
-/// is a TCP SYN, and whether the connection table has already been found not to hold it.
+/// Client -> VIP: choose a backend (which counts the packet) and forward. `flow`: the
+/// packet's flow key, whether it is a TCP SYN, and whether the connection table has already
+/// been found not to hold it.
 #[inline(always)]
 fn to_backend<H: IpHeader>(
     ctx: &XdpContext,
@@ -164,11 +165,10 @@ fn to_backend<H: IpHeader>(
     if ttl_expired(pkt, meta) {
         return xdp_action::XDP_PASS;
     }
-    let Some(choice) = flow::choose(key, meta, is_syn, absent) else {
+    let Some(choice) = flow::choose(key, meta, is_syn, absent, pkt.len) else {
         stats::dropped(meta.vip_id);
         return xdp_action::XDP_DROP;
     };
-    stats::forwarded(meta.vip_id, choice.counters, &choice.event(pkt.len));
     forward(ctx, pkt, meta, &choice, generation)
 }
 
