@@ -211,7 +211,10 @@ impl Addr {
 /// client endpoint, its values naming the VIP; the `CONNS_CLASH` map; no `NAT_REV` map.
 /// Version 8: every NAT flow in `CONNS_CLASH` is kept under its reply's key too (no VIP flag
 /// `2` for that), and an older flow to the same backend gives its `CONNS` place up.
-pub const LAYOUT_VERSION: u32 = 8;
+/// Version 9: a packet the kernel would not forward (a wrong IPv4 header checksum,
+/// malformed IPv4 options, a martian source) is dropped and counted, never forwarded; an
+/// `lb` of this version does not adopt a program that forwards them.
+pub const LAYOUT_VERSION: u32 = 9;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -278,6 +281,16 @@ pub const GLOBAL_ICMP_TOO_BIG: u32 = 11;
 /// saw more new flows in the current second than the flood guard's limit
 /// ([`FloodGuard`]).
 pub const GLOBAL_FLOOD_UNRECORDED: u32 = 12;
+/// Index: IPv4 packets that may be for a VIP or be a NAT reply whose header checksum is
+/// wrong (dropped, as the kernel's receive path drops them).
+pub const GLOBAL_BAD_CHECKSUM: u32 = 13;
+/// Index: IPv4 packets that may be for a VIP or be a NAT reply whose options are
+/// malformed: a length under 2 or one that runs past the header (dropped, as the kernel
+/// drops them).
+pub const GLOBAL_BAD_IP_OPTIONS: u32 = 14;
+/// Index: packets to a VIP from a source no host sends from: IPv4 0/8, 127/8, 224/4,
+/// 240/4; IPv6 ::, ::1, ff00::/8 (dropped, as the kernel drops them as martians).
+pub const GLOBAL_MARTIAN_SOURCE: u32 = 15;
 
 /// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
 /// the upper-layer header; a longer chain goes to the kernel.

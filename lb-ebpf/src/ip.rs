@@ -3,10 +3,12 @@
 //! each family, so neither family's path carries a branch for the other.
 
 use aya_ebpf::bindings::bpf_fib_lookup as FibParams;
+use aya_ebpf::programs::XdpContext;
 use lb_common::{FAMILY_V4, FAMILY_V6};
 
 use crate::csum;
 use crate::headers::{IPPROTO_ICMP, IPPROTO_ICMPV6, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr};
+use crate::sanity;
 
 /// Which address of the IP header a NAT rewrite changes.
 #[derive(Clone, Copy)]
@@ -57,6 +59,22 @@ pub trait IpHeader {
 
     /// Puts the lookup's addresses into the FIB parameters.
     fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]);
+
+    /// The header checks the kernel makes on receive that the parser does not (IPv4's
+    /// header checksum and options); `Err` names the `GLOBAL_*` counter of the drop.
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`], in the frame of `ctx`.
+    unsafe fn check_header(ctx: &XdpContext, ip: *const Self) -> Result<(), u32>;
+
+    /// Whether the packet's source is an address no host sends from (the kernel drops
+    /// such a packet before it would forward it). Read from the header afresh: what the
+    /// verifier learns from these comparisons then stays with registers that die here,
+    /// instead of splitting the rest of the path by address range.
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`].
+    unsafe fn martian_source(ip: *const Self) -> bool;
 }
 
 impl IpHeader for Ipv4Hdr {
@@ -104,6 +122,16 @@ impl IpHeader for Ipv4Hdr {
         params.__bindgen_anon_3.ipv4_src = src[0];
         params.__bindgen_anon_4.ipv4_dst = dst[0];
     }
+
+    #[inline(always)]
+    unsafe fn check_header(ctx: &XdpContext, ip: *const Self) -> Result<(), u32> {
+        sanity::ipv4_header(ctx, ip)
+    }
+
+    #[inline(always)]
+    unsafe fn martian_source(ip: *const Self) -> bool {
+        sanity::martian_v4(unsafe { core::ptr::read_volatile(&raw const (*ip).saddr) })
+    }
 }
 
 impl IpHeader for Ipv6Hdr {
@@ -143,6 +171,17 @@ impl IpHeader for Ipv6Hdr {
     fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]) {
         params.__bindgen_anon_3.ipv6_src = *src;
         params.__bindgen_anon_4.ipv6_dst = *dst;
+    }
+
+    #[inline(always)]
+    unsafe fn check_header(_ctx: &XdpContext, _ip: *const Self) -> Result<(), u32> {
+        // No header checksum and no options: the parser's checks are the kernel's.
+        Ok(())
+    }
+
+    #[inline(always)]
+    unsafe fn martian_source(ip: *const Self) -> bool {
+        sanity::martian_v6(&unsafe { core::ptr::read_volatile(&raw const (*ip).saddr) })
     }
 }
 

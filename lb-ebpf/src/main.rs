@@ -21,6 +21,7 @@ mod nat;
 mod parse;
 mod parse6;
 mod rewrite;
+mod sanity;
 mod stats;
 mod vip;
 mod zeroed;
@@ -60,9 +61,10 @@ pub fn lb_xdp(ctx: XdpContext) -> u32 {
 #[xdp]
 pub fn lb_xdp_icmp(ctx: XdpContext) -> u32 {
     let verdict = match parse::parse(&ctx) {
-        Ok(Parsed::V4(pkt)) if icmp_error::is_candidate(&pkt) => {
-            icmp_error::deliver_error(&ctx, &pkt)
-        }
+        Ok(Parsed::V4(pkt)) if icmp_error::is_candidate(&pkt) => match header_checked(&ctx, &pkt) {
+            Ok(()) => icmp_error::deliver_error(&ctx, &pkt),
+            Err(verdict) => Some(verdict),
+        },
         Ok(Parsed::V6(pkt)) if icmp_error::is_candidate(&pkt) => {
             icmp_error::deliver_error(&ctx, &pkt)
         }
@@ -97,6 +99,9 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         unsafe { PROGS.tail_call(ctx, PROG_ICMP_ERROR) };
     }
     if filter::may_be_vip(&pkt.daddr) {
+        if let Err(verdict) = header_checked(ctx, pkt) {
+            return verdict;
+        }
         if pkt.proto == IPPROTO_TCP && pkt.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN {
             // A SYN always selects afresh: its VIP first, as for any new flow.
             let Some(meta) = vip::find::<H>(&pkt.daddr, pkt.proto, pkt.dport) else {
@@ -113,6 +118,7 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         // A known flow of an exact VIP names its VIP and backend: one hash lookup.
         let absent = match flow::known(&key) {
             Known::Fast(meta, choice) => {
+                // No martian check: a flow is recorded only by `to_backend`, after it.
                 if ttl_expired(pkt, &meta) {
                     return xdp_action::XDP_PASS;
                 }
@@ -133,11 +139,36 @@ fn balance<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
 #[inline(always)]
 fn not_for_us<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     if filter::may_be_nat_backend(&pkt.saddr) {
+        if let Err(verdict) = header_checked(ctx, pkt) {
+            return verdict;
+        }
         // Returns only when the program is not there.
         unsafe { PROGS.tail_call(ctx, PROG_NAT_REPLY) };
     }
     stats::global(GLOBAL_NO_VIP);
     xdp_action::XDP_PASS
+}
+
+/// The kernel's receive checks of the IP header ([`IpHeader::check_header`]), made before
+/// anything that may be forwarded: `Err` holds the verdict of a packet that fails them,
+/// dropped and counted under its reason.
+#[inline(always)]
+fn header_checked<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> Result<(), u32> {
+    unsafe { H::check_header(ctx, pkt.ip) }.map_err(|reason| {
+        stats::global(reason);
+        xdp_action::XDP_DROP
+    })
+}
+
+/// A packet to a VIP from a source no host sends from is counted here; the caller drops
+/// it.
+#[inline(always)]
+fn martian<H: IpHeader>(pkt: &Packet<H>) -> bool {
+    let martian = unsafe { H::martian_source(pkt.ip) };
+    if martian {
+        stats::global(GLOBAL_MARTIAN_SOURCE);
+    }
+    martian
 }
 
 /// A NAT packet whose hop limit would end here goes to the kernel (which answers it).
@@ -162,6 +193,9 @@ fn to_backend<H: IpHeader>(
     generation: u32,
 ) -> u32 {
     let (key, is_syn, absent) = flow;
+    if martian(pkt) {
+        return xdp_action::XDP_DROP;
+    }
     if ttl_expired(pkt, meta) {
         return xdp_action::XDP_PASS;
     }

@@ -13,6 +13,8 @@ mod cases_backends;
 mod cases_flood;
 #[path = "fixtures/cases_fuzz.rs"]
 mod cases_fuzz;
+#[path = "fixtures/cases_header_checks.rs"]
+mod cases_header_checks;
 #[path = "fixtures/cases_icmp_error.rs"]
 mod cases_icmp_error;
 #[path = "fixtures/cases_ipv6.rs"]
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         cases_icmp_error::list(),
         cases_flood::list(),
         cases_ipv6_parse::list(),
+        cases_header_checks::list(),
         // Last: its 100,000 frames leave flows behind.
         cases_fuzz::list(),
     ]

@@ -8,7 +8,7 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 13] = [
+const GLOBAL_NAMES: [(&str, u32); 16] = [
     ("malformed", GLOBAL_MALFORMED),
     ("not_ip", GLOBAL_NOT_IP),
     ("fragment", GLOBAL_FRAGMENT),
@@ -22,6 +22,9 @@ const GLOBAL_NAMES: [(&str, u32); 13] = [
     ("too_big", GLOBAL_TOO_BIG),
     ("icmp_too_big", GLOBAL_ICMP_TOO_BIG),
     ("flood_unrecorded", GLOBAL_FLOOD_UNRECORDED),
+    ("bad_checksum", GLOBAL_BAD_CHECKSUM),
+    ("bad_ip_options", GLOBAL_BAD_IP_OPTIONS),
+    ("martian_source", GLOBAL_MARTIAN_SOURCE),
 ];
 
 /// Everything `lb status` shows.
