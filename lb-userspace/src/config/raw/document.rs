@@ -394,7 +394,8 @@ mod tests {
         let errors = read_errors(text);
         assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].contains("t.toml:1:1: vservice: `vservice` must be an array of tables"));
-        // issue 19: the table is still read as the entry it was meant to be.
+        // `[vservice]` for `[[vservice]]`: the table is still read as the entry it was meant
+        // to be, so its own problems show in the same run.
         assert!(errors[1].contains("t.toml:5:1: vservice[0].colour: unknown field `colour`"));
         assert!(errors[2].contains("t.toml:7:2: extra: unknown section `extra`"));
     }
@@ -421,8 +422,9 @@ mod tests {
         );
     }
 
-    /// issue 19: a table with very many unreadable values reports a bounded number of
-    /// them, then says the rest was not checked (each repair reads the table again).
+    /// A table with very many unreadable values reports a bounded number of them, then
+    /// says the rest was not checked: each repair reads the table again, so the cost of a
+    /// hostile file must stay bounded.
     #[test]
     fn very_many_bad_values_are_bounded() {
         let items: Vec<String> = (0..150).map(|i| i.to_string()).collect();
@@ -441,7 +443,8 @@ mod tests {
         assert!(errors[100].contains("vservice[0].backends[99]: invalid type"));
     }
 
-    /// issue 19: a syntax error leaves out only the table holding it.
+    /// A syntax error leaves out only the table holding it: the other tables are still
+    /// checked, so one run reports every problem of the file.
     #[test]
     fn syntax_errors_skip_only_their_table() {
         let text = "[proxy]\nworkers = = 2\n[[health_check]]\nname = \"h\"\ntype = \"icmp\"\n";
