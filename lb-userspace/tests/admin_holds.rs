@@ -254,9 +254,10 @@ backends = ["b1", "b2"]
     remove_config(&path);
 }
 
-/// Issue 18: `lb run` saves its health decisions (every second and when it stops) and a
-/// restart within 30 s starts from them: a server checked OK before the restart takes
-/// requests at once, where Preparing would refuse them (503) for RS x P = 3 s.
+/// S-HC5 across a restart: `lb run` saves its health decisions (every second and when it
+/// stops) and a restart within 30 s starts from them: a server checked OK before the
+/// restart takes requests at once, where Preparing would refuse them (503) for
+/// RS x P = 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_health_decisions() {
     let (p1, _s1) = named_server("b1").await;
@@ -320,11 +321,11 @@ backends = ["b1"]
     remove_config(&path);
 }
 
-/// Issue 20 (found by the soak): the saved health states are confirmed every second even
-/// when nothing changes (the file's time brought forward), so a restart after a crash (SIGKILL: no save at exit) more than
-/// 30 s after the last change still finds them fresh. Before, they were saved only on
-/// changes, and a daemon killed after a quiet half-minute restarted every service in
-/// Preparing: 503s for RS x P.
+/// The saved health states are confirmed every second even when nothing changes (the
+/// file's time brought forward), so a restart after a crash (SIGKILL: no save at exit) more
+/// than 30 s after the last change still finds them fresh. Saved only on changes, they
+/// would be stale after a quiet half-minute, and the restart would put every service in
+/// Preparing: 503s for RS x P. The soak's crashes check the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saved_health_states_stay_fresh_while_nothing_changes() {
     let (p1, _s1) = named_server("b1").await;

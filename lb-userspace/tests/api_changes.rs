@@ -426,8 +426,9 @@ async fn s_cl_receive_rejects_invalid_config() {
     node.shutdown().await;
 }
 
-/// No SPEC rule covers it: `lb run` whose API address is taken exits at once with an error
-/// that names the address, instead of running with nobody able to reach it.
+/// No rule of docs/behaviour.md covers it: `lb run` whose API address is taken exits at
+/// once with an error that names the address, instead of running with nobody able to reach
+/// it.
 #[test]
 fn lb_run_refuses_to_start_when_the_api_address_is_taken() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -520,7 +521,7 @@ fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
     })
 }
 
-/// Issue 20: the API's JSON bodies, fuzzed. Whatever is POSTed to an endpoint that takes a
+/// The API's JSON bodies, fuzzed. Whatever is POSTed to an endpoint that takes a
 /// body (bytes, JSON of any shape, the right keys with wrong types), the answer is a 2xx or
 /// a 4xx that names the problem, never a 5xx or a dropped connection, and the daemon serves
 /// on. `PROPTEST_CASES` sets the count (`cargo xtask fuzz` runs many).

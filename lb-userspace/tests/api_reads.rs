@@ -254,9 +254,9 @@ async fn s_ob_metrics_parse() {
     node.shutdown().await;
 }
 
-/// Issue 19 (HAProxy's `show stat`): `/api/v1/stats.csv` has a row per vService and per
-/// member of its lists, with the counters of that member in that vService; `lb stats --csv`
-/// prints the same CSV and `lb stats` a table of it.
+/// S-OB1, S-OB2 (like HAProxy's `show stat`): `/api/v1/stats.csv` has a row per vService
+/// and per member of its lists, with the counters of that member in that vService; `lb
+/// stats --csv` prints the same CSV and `lb stats` a table of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_ob1_s_ob2_stats_csv_has_a_row_per_vservice_and_member() {
     let node = start_node("csv", free_port(), "").await;
@@ -351,7 +351,7 @@ async fn s_ob1_s_ob2_stats_csv_has_a_row_per_vservice_and_member() {
     node.shutdown().await;
 }
 
-/// Issue 19: `lb status` on a machine where only L7 vServices run (no XDP data path) shows
+/// S-OB1: `lb status` on a machine where only L7 vServices run (no XDP data path) shows
 /// the daemon's side from its API and says XDP is not in use; with nothing running at all it
 /// fails and says what it looked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,7 +562,7 @@ async fn http_status(port: u16, path: &str) -> u16 {
         .unwrap_or(0)
 }
 
-/// Issue 19: `/api/v1/stats/live` carries what the Live Stats page shows beyond counts:
+/// S-OB1..3: `/api/v1/stats/live` carries what the Live Stats page shows beyond counts:
 /// per vService and backend HTTP status classes and failures, per backend the last check
 /// (result, reason, duration, time), the time of the last transition and the profile, the
 /// forwarding mode of a Network vService, and per DNS vService what each name answers now

@@ -59,8 +59,8 @@ fn assert_exactly(text: &str, expected: &[(&str, usize, &str)]) {
     assert_eq!(all.len(), expected.len(), "unexpected issues in {all:#?}");
 }
 
-/// issue 19: serde stops at the first wrong type of a table; every one is reported, and
-/// the entry's other keys are still checked.
+/// serde stops at the first wrong type of a table; here every one is reported, and the
+/// entry's other keys are still checked.
 #[test]
 fn several_wrong_types_in_one_entry_are_all_reported() {
     let text = doc(&[
@@ -96,7 +96,7 @@ fn several_wrong_types_in_one_entry_are_all_reported() {
     );
 }
 
-/// issue 19: a wrong type does not hide the semantic problems of the same vService.
+/// A wrong type does not hide the semantic problems of the same vService.
 #[test]
 fn wrong_type_does_not_hide_the_entrys_semantic_problems() {
     let more = vservice(&[
@@ -125,7 +125,7 @@ fn wrong_type_does_not_hide_the_entrys_semantic_problems() {
     );
 }
 
-/// issue 19: unknown keys and every missing required key of one entry, in one run.
+/// Unknown keys and every missing required key of one entry, in one run.
 #[test]
 fn unknown_and_missing_keys_are_all_named() {
     let text = doc(&[
@@ -158,7 +158,7 @@ fn unknown_and_missing_keys_are_all_named() {
     );
 }
 
-/// issue 19: an entry with an unreadable value is still defined: lists that name it are
+/// An entry with an unreadable value is still defined: lists that name it are
 /// not told "unknown", and a check that needs its values (a port for an L7 vService) is
 /// not made on a stand-in; its duplicate name is still found.
 #[test]
@@ -211,7 +211,7 @@ fn references_to_a_partly_unreadable_entry_are_not_unknown() {
     );
 }
 
-/// issue 19: where a table cannot be read without a key (a vService's `kind`, a
+/// Where a table cannot be read without a key (a vService's `kind`, a
 /// persistence `type`), one line says how many of its keys were not checked and why; the
 /// rest of the file is checked.
 #[test]
@@ -262,7 +262,7 @@ fn unreadable_kind_says_which_checks_were_skipped() {
     );
 }
 
-/// issue 19: a TOML syntax error no longer stops every check: the table holding it is left
+/// A TOML syntax error does not stop every check: the table holding it is left
 /// out (one line says so) and every other table is checked.
 #[test]
 fn syntax_error_does_not_hide_other_tables() {
@@ -311,7 +311,7 @@ fn syntax_error_does_not_hide_other_tables() {
     assert_exactly(&text, &expected);
 }
 
-/// issue 19: problems of the single sections ([xdp], [api], [proxy], [cluster]) and of the
+/// Problems of the single sections ([xdp], [api], [proxy], [cluster]) and of the
 /// entries are reported together, several per section.
 #[test]
 fn section_and_entry_problems_are_reported_together() {
@@ -355,7 +355,7 @@ fn section_and_entry_problems_are_reported_together() {
     );
 }
 
-/// issue 19: duplicate names and bad references, in services, groups and vServices, all at
+/// Duplicate names and bad references, in services, groups and vServices, all at
 /// once.
 #[test]
 fn duplicate_names_and_bad_references_are_reported_together() {
@@ -400,7 +400,7 @@ fn duplicate_names_and_bad_references_are_reported_together() {
     );
 }
 
-/// issue 19: problems of DNS vServices (a record's unreadable policy included) and of
+/// Problems of DNS vServices (a record's unreadable policy included) and of
 /// vServices, in one run.
 #[test]
 fn dns_vservice_and_vservice_problems_are_reported_together() {
@@ -455,7 +455,7 @@ fn dns_vservice_and_vservice_problems_are_reported_together() {
     );
 }
 
-/// issue 19: `[backend_service]` written for `[[backend_service]]` is said, and the table
+/// `[backend_service]` written for `[[backend_service]]` is said, and the table
 /// is still checked as the entry it was meant to be.
 #[test]
 fn single_brackets_for_an_entry_still_check_the_entry() {
@@ -488,7 +488,7 @@ fn single_brackets_for_an_entry_still_check_the_entry() {
     );
 }
 
-/// issue 19, the issue's case: a new user's file with many mistakes of different kinds gets
+/// A new user's file with many mistakes of different kinds gets
 /// every one, each with its line, in one run of `lb check-config`'s parser.
 #[test]
 fn a_file_with_many_mistakes_gets_all_of_them_at_once() {

@@ -26,7 +26,7 @@ fn syntax_error_has_its_line() {
         .expect("a syntax error");
     assert_eq!(syntax.line, 3, "{all:?}");
     assert!(syntax.message.starts_with("TOML syntax"), "{syntax}");
-    // The table holding it is not checked, and says so (issue 19).
+    // The table holding it is not checked, and says so.
     let skipped = assert_issue(&text, "xdp", 1, "the checks of its 2 keys were skipped");
     assert!(
         skipped.message.contains("syntax error at line 3"),

@@ -1,4 +1,4 @@
-//! Issue 20: the configuration parser, fuzzed. Random edits of the annotated example (lines
+//! The configuration parser, fuzzed. Random edits of the annotated example (lines
 //! deleted, doubled, swapped or cut short, values replaced by awkward ones) and random text
 //! never make it panic: the result is a configuration or a list of problems, each with a
 //! line inside the file and words to act on. `PROPTEST_CASES` sets the count.

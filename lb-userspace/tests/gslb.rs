@@ -731,7 +731,7 @@ async fn e2e_s_gs1_s_gs2_ipv6_site_daemons_answer_aaaa() {
     backend_s.abort();
 }
 
-/// Issue 20: the DNS side, fuzzed. Datagrams of random bytes, and queries with random names,
+/// The DNS side, fuzzed. Datagrams of random bytes, and queries with random names,
 /// types, flags and counts, get an answer or silence (never a crash); after each one a
 /// valid query is still answered. `PROPTEST_CASES` sets the count (a tenth of it here: a
 /// datagram left unanswered costs a 50 ms wait).

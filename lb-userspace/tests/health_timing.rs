@@ -2,8 +2,8 @@
 //!
 //! Scripted targets replace the network: each one changes behaviour (answers, never answers,
 //! refuses at once, HTTP 500) at a chosen time, and the real scheduler and state machine run
-//! against it. Every expected delay is checked twice: against the SPEC bound, and against the
-//! exact value computed from the check schedule the engine actually followed.
+//! against it. Every expected delay is checked twice: against the bound of docs/behaviour.md,
+//! and against the exact value computed from the check schedule the engine actually followed.
 
 mod support;
 
@@ -228,7 +228,7 @@ async fn s_hc5_dual_stack_service_is_decided_per_family() {
     );
 }
 
-// S-HC5 across a restart (issue 18): a service whose saved state matches its address, port
+// S-HC5 across a restart: a service whose saved state matches its address, port
 // and profile starts in that state, not Preparing, and its checks go on from there; one
 // whose port changed starts in Preparing.
 #[tokio::test(start_paused = true)]

@@ -50,10 +50,10 @@ async fn malformed_request_gets_400_without_reaching_a_backend() {
     assert_eq!(env.stats("web").counts.bad_requests, 2);
 }
 
-/// No SPEC rule covers retries; issue 18 asks for HAProxy's `retries` + `option redispatch`.
-/// A refused connect sent nothing, so the request goes to another server of the list: with
-/// one of two mains refusing and no health check to take it out, every request is answered
-/// by the other (retries counted); with `retries = 0` the refused ones get 502.
+/// S-RT1 (like HAProxy's `retries` + `option redispatch`): a refused connect sent nothing,
+/// so the request goes to another server of the list: with one of two mains refusing and no
+/// health check to take it out, every request is answered by the other (retries counted);
+/// with `retries = 0` the refused ones get 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connect_is_retried_on_another_server() {
     let a = http_backend("a").await;
@@ -281,7 +281,7 @@ async fn s_rt1_s_rt2_an_unanswered_idempotent_request_goes_to_another_server_a_p
     assert_eq!(after - before, 2, "one try per server, then 502");
 }
 
-/// S-RT1, issue 18's first case: one of two mains is killed (its process and every
+/// S-RT1: one of two mains is killed (its process and every
 /// connection gone) under keep-alive load, with no health check to take it out: requests in
 /// flight on it and new ones picked for it go to the other main. Not one request fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,8 +418,9 @@ async fn a_silent_server_is_answered_504_and_counted() {
     assert_eq!((counts.server_timeouts, counts.retries), (1, 0));
 }
 
-/// No SPEC rule covers header sizes; issue 18 asks for `[proxy] max_header_bytes` (16 KiB)
-/// and `max_header_line_bytes` (8 KiB) with 431, over HTTP/1.1 and HTTP/2 alike.
+/// No rule of docs/behaviour.md covers header sizes: `[proxy] max_header_bytes` (16 KiB)
+/// and `max_header_line_bytes` (8 KiB) answer 431, over HTTP/1.1 and HTTP/2 alike, so a
+/// client cannot make the proxy hold an unbounded head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_get_431() {
     let a = http_backend("a").await;

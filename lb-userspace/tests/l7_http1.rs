@@ -2,8 +2,8 @@
 //! write exact bytes, raw TCP backends (parsed with httparse) record exactly what reached them
 //! and answer scripted bytes. Each test checks one behaviour of RFC 9110 / RFC 9112 that any
 //! implementation of the proxy must keep (the regression suite of the HTTP/1.1 forwarder).
-//! No SPEC rule covers HTTP framing itself: these check issue 4's items 1 (streamed bodies,
-//! pooled upstream, forwarded headers) and its "Bad input" section; the test that also reads
+//! No rule of docs/behaviour.md covers HTTP framing itself: these check streamed bodies,
+//! pooled upstream connections, forwarded headers and bad input; the test that also reads
 //! the byte counters names S-OB1.
 //! All traffic stays on 127.0.0.1; every read is bounded by a timeout and every loop by a count.
 //! The wire reader, the raw backends and the proxy set-up are in support/http1.rs.
@@ -145,7 +145,7 @@ async fn http_1_0_request_without_keep_alive_gets_a_whole_response_then_close() 
     assert_eq!(c.idle(Duration::from_secs(2)).await, Idle::Closed);
 }
 
-/// issue 22: a keep-alive connection idle long enough to be parked (no task of its own
+/// A keep-alive connection idle long enough to be parked (no task of its own
 /// while it waits) serves its next requests as before, pipelined ones included, and is
 /// still closed at its keep-alive timeout counted from its last answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +187,7 @@ async fn parked_idle_connection_serves_its_next_requests_and_closes_at_its_keep_
     assert_eq!(b.seen().len(), 4);
 }
 
-/// issue 22: when its vService goes away, a parked idle connection is closed within the
+/// When its vService goes away, a parked idle connection is closed within the
 /// short grace a waiting one gets, not left open until its keep-alive timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_idle_connection_closes_when_its_vservice_is_removed() {

@@ -119,8 +119,6 @@ async fn h2c_prior_knowledge_request_works() {
     assert_eq!(a.hits(), 75);
 }
 
-/// S-RT1 over HTTP/2: a request without a body whose connect
-/// failed goes to another server; one with a body streams into its first try and gets 502.
 /// A backend that answers every request head it reads with `200 OK` and no body, on one
 /// keep-alive connection after another.
 async fn empty_ok_backend() -> SocketAddr {
@@ -153,7 +151,7 @@ async fn empty_ok_backend() -> SocketAddr {
     addr
 }
 
-/// issue 22: an HTTP/2 CONNECT answered 2xx makes hyper hand a tunnel to the connection's
+/// An HTTP/2 CONNECT answered 2xx makes hyper hand a tunnel to the connection's
 /// executor while the stream is being run; the connection (its streams run in its own task)
 /// keeps serving the requests that follow on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,6 +187,8 @@ async fn h2_connect_answered_2xx_leaves_the_connection_serving() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
+/// S-RT1 over HTTP/2: a request without a body whose connect failed goes to another server;
+/// one with a body streams into its first try and gets 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_rt1_an_h2_request_without_a_body_is_retried_after_a_failed_connect() {
     let a = http_backend("a").await;
@@ -228,7 +228,7 @@ async fn s_rt1_an_h2_request_without_a_body_is_retried_after_a_failed_connect() 
     );
 }
 
-/// No SPEC rule covers timeouts; issue 4 asks for a keep-alive timeout. An HTTP/2 connection
+/// No rule of docs/behaviour.md covers keep-alive timeouts. An HTTP/2 connection
 /// closes (GOAWAY) once no stream has been open for the keep-alive timeout, and a stream that
 /// outlasts the timeout runs to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! 20 ms. The five servers change together (port closed, HTTP 500, silent, then back), and
 //! each row is the time from the change until the client sees the vService's answer change:
 //! the proxy's own 503 once the server left, the server's 200 once it is back.
-//! The rows asserted are issue 18's table: closed port or HTTP 500 out within 4.0 s, a silent
+//! The rows asserted are S-RF3's: closed port or HTTP 500 out within 4.0 s, a silent
 //! server out in 3-6 s, back within 6 s.
 
 use std::net::SocketAddr;

@@ -2,7 +2,8 @@
 //! JSON object per line with `--log-format json`. Checked on `lb check-config` of a file
 //! whose health check Period is adjusted (a warning is logged).
 //!
-//! No SPEC rule covers log formats (issue 19 asks for them).
+//! No rule of docs/behaviour.md covers log formats: log shippers need JSON, files and pipes
+//! need no colour codes.
 
 use std::process::Command;
 

@@ -107,7 +107,7 @@ async fn s_an2_drain_is_saved_across_restarts_until_resume() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Bad input (issue 17): a reload whose `[bgp] device` does not exist is refused with the
+/// Bad input: a reload whose `[bgp] device` does not exist is refused with the
 /// reason and the running configuration stays (S-AN1 announces nothing on a guess).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_an1_reload_with_a_missing_bgp_device_is_refused() {

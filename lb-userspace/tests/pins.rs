@@ -3,7 +3,8 @@
 //! vanish with `lb`, and the program with them, so `lb` refuses and says what works.
 //! Needs root and the XDP object built by `cargo xtask build`.
 //!
-//! No SPEC rule covers where pins live (issue 16 asks for the refusal).
+//! No rule of docs/behaviour.md covers where pins live: refusing is better than a data
+//! path that silently disappears when `lb` exits.
 
 use std::process::Command;
 

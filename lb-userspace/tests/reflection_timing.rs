@@ -1,7 +1,8 @@
 //! Reflection of health decisions into traffic, on a paused tokio clock (S-RF1, S-RF2,
 //! S-RF3). The real engine decides against scripted targets; `lb::health::reflect` takes the
 //! decisions over at its cadence; every change of the reflected view is recorded with its
-//! time, and checked against the decision time (from the transition log) and the SPEC.
+//! time, and checked against the decision time (from the transition log) and the bounds of
+//! docs/behaviour.md.
 
 mod support;
 

@@ -1,10 +1,10 @@
-//! issue 20 ("RSS growth under 10% and fds flat after warm-up"): the memory of a real
-//! `lb run` serving an HTTP vService on 127.0.0.1 through bursts of slowloris clients
-//! (connections that trickle a request head the balancer closes at its client timeout).
-//! Before the fix each such connection held about 40 KiB of buffers, and glibc kept the
-//! freed pages, so every burst left the daemon a few MiB larger. Now a connection that has
-//! not sent a whole head holds a small buffer, and freed memory goes back to the system once
-//! the burst is over.
+//! The memory of a real `lb run` serving an HTTP vService on 127.0.0.1 through bursts of
+//! slowloris clients (connections that trickle a request head the balancer closes at its
+//! client timeout): the heap must not grow from burst to burst, or a long-running balancer
+//! under such attacks would grow without end. With full buffers (about 40 KiB) per such
+//! connection, and glibc keeping the freed pages, every burst would leave the daemon a few
+//! MiB larger; a connection that has not sent a whole head holds a small buffer, and freed
+//! memory goes back to the system once the burst is over.
 //!
 //! Measured: the daemon's anonymous resident memory (`RssAnon`: the heap, not the pages of
 //! its binary, which grow as code runs for the first time).
@@ -99,7 +99,7 @@ async fn slowloris(addr: SocketAddr, n: usize, pid: u32) -> (u64, usize) {
     (peak, closed)
 }
 
-/// issue 20: three bursts of 200 slowloris clients; each slow connection takes at most
+/// Three bursts of 200 slowloris clients; each slow connection takes at most
 /// 24 KiB while open, and once every burst is closed the daemon's heap returns within
 /// 1.5 MiB of where it was before the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,10 @@
-//! Zero-downtime restarts (issue 18; no SPEC rule covers upgrades): the real `lb` binary is
-//! restarted three times with `lb run --upgrade` while clients load an HTTP vService
-//! (keep-alive clients and a client opening a connection per request), an L7 TCP vService
-//! (a connection per exchange) and a DNS vService (UDP queries) on 127.0.0.1. Each new process takes the listening
-//! sockets of the running one, which finishes its open requests and exits. Every request
-//! must be answered 200 and every exchange echoed: no refused connection, no connection
-//! closed before its answer.
+//! Zero-downtime restarts (no rule of docs/behaviour.md covers upgrades): the real `lb`
+//! binary is restarted three times with `lb run --upgrade` while clients load an HTTP
+//! vService (keep-alive clients and a client opening a connection per request), an L7 TCP
+//! vService (a connection per exchange) and a DNS vService (UDP queries) on 127.0.0.1. Each
+//! new process takes the listening sockets of the running one, which finishes its open
+//! requests and exits. Every request must be answered 200 and every exchange echoed: no
+//! refused connection, no connection closed before its answer.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

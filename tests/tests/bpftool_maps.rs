@@ -1,4 +1,4 @@
-//! Issue 16 (item 5): what an operator reads with `bpftool map dump pinned` on every pinned
+//! What an operator reads with `bpftool map dump pinned` on every pinned
 //! map of a data path, and on each VIP's Maglev table, pinned by VIP id under
 //! `<pin dir>/maps/maglev/<vip id>`. Loads the real XDP program (pinned under a bpffs
 //! directory of its own, attached nowhere) and runs `bpftool -j`.

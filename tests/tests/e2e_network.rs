@@ -51,7 +51,7 @@ fn network_tcp_l4_nat_spread_follows_weights() {
     data_path::tcp_l4_nat_spread_follows_weights(Family::V4);
 }
 
-/// Data path contract, "NAT reply path" (issue 16): six NAT VIPs on the same three
+/// Data path contract, "NAT reply path": six NAT VIPs on the same three
 /// servers, a port each, each answered from its own port, with one entry per flow.
 #[test]
 fn network_tcp_l4_nat_port_per_vip_answered_from_each_port() {

@@ -1,4 +1,4 @@
-//! Three balancers behind one ECMP router (issue 17): each runs `lb run` and BIRD 2 with
+//! Three balancers behind one ECMP router: each runs `lb run` and BIRD 2 with
 //! BFD, announcing its VIPs from the routes `lb run` keeps (S-AN1..3); the backends sit on
 //! one segment in DSR mode, and every balancer builds the same Maglev table (S-CL4), so a
 //! flow the router moves to another balancer keeps its backend.
@@ -281,7 +281,7 @@ fn share_ok(counts: &[u64], of: &[usize], low: f64, high: f64) -> bool {
     })
 }
 
-/// The ECMP group end to end (issue 17 item 4): three equal paths and new flows spread
+/// The ECMP group end to end (S-AN1..3): three equal paths and new flows spread
 /// over them; a balancer dying and returning, a restart of `lb run`, a BIRD killed and
 /// restarted, a drain, moving
 /// established flows without a reset (S-AN1, S-AN2, S-AN3, S-CL4); a VIP whose backends
@@ -499,7 +499,7 @@ fn scale_ecmp_failover_restart_drain_and_withdrawal() {
     );
 }
 
-/// The negative control (issue 17 item 4): a balancer given a different backend set builds
+/// The negative control: a balancer given a different backend set builds
 /// a different Maglev table (S-CL4 broken on purpose), so some of its streams that move to
 /// the others when it dies land on a backend that has no such connection and are reset.
 /// It shows that the zero-reset results above are not a test that cannot fail.
@@ -644,13 +644,13 @@ fn wait_until(
     }
 }
 
-/// The three balancers share their configuration through one etcd (issue 17 item 4,
-/// S-CL3): they agree on the revision and on `web`'s Maglev table (S-CL4); a Maintenance
-/// change made on balancer 3's API reaches balancers 1 and 2 within 1 s; etcd stopped for
-/// 10 s, every balancer keeps forwarding long-lived streams and new connections (S-AN1: no
-/// path withdrawn), serves its API and reports the store unreachable, refuses a change
-/// with 503; a change written to etcd while the nodes are still cut off is applied by all
-/// three once etcd is back, and they agree again.
+/// The three balancers share their configuration through one etcd (S-CL3): they agree on
+/// the revision and on `web`'s Maglev table (S-CL4); a Maintenance change made on balancer
+/// 3's API reaches balancers 1 and 2 within 1 s; etcd stopped for 10 s, every balancer
+/// keeps forwarding long-lived streams and new connections (S-AN1: no path withdrawn),
+/// serves its API and reports the store unreachable, refuses a change with 503; a change
+/// written to etcd while the nodes are still cut off is applied by all three once etcd is
+/// back, and they agree again.
 #[test]
 fn scale_etcd_shared_configuration_maintenance_and_outage() {
     let _serial = serial();

@@ -1,4 +1,4 @@
-//! Issue 19 (packaging): the Debian package installs as an operator would install it, and
+//! The Debian package installs as an operator would install it, and
 //! everything in it works from where it lands:
 //! - `dpkg -i` of the .deb that `cargo xtask package` built (`LB_DEB`, which
 //!   `cargo xtask test` sets), every file at its place, the config a conffile;
@@ -273,7 +273,7 @@ fn check_unit() {
     );
 }
 
-/// Issue 19: the package installs, works from where it lands, and purges clean.
+/// The package installs, works from where it lands, and purges clean.
 #[test]
 fn the_debian_package_installs_works_and_purges() {
     let deb = std::env::var("LB_DEB").unwrap_or_else(|_| {

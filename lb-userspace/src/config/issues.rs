@@ -131,8 +131,9 @@ mod tests {
         assert_eq!(issues.position(10_000).0, 4);
     }
 
-    /// issue 19: a check's problem with a stand-in value (one that could not be read, its
-    /// own error already shown) is counted, so the step knows its input was bad, not shown.
+    /// Every problem is reported in one run: a check's problem with a stand-in value (one
+    /// that could not be read, its own error already shown) is counted, so the step knows
+    /// its input was bad, but not shown.
     #[test]
     fn problems_of_stand_ins_are_counted_not_shown() {
         let text = "a = 1\n";

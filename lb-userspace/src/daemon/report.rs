@@ -233,8 +233,9 @@ pub fn read_states(path: &Path, within: std::time::Duration) -> HashMap<String, 
 mod tests {
     use super::*;
 
-    /// No SPEC rule covers restarts; issue 18 asks that a stale or corrupt saved state be
-    /// ignored (checks start from Preparing) and a fresh one restored.
+    /// No rule of docs/behaviour.md covers restarts: a stale or corrupt saved state is
+    /// ignored (checks start from Preparing), so a restart never acts on old or broken
+    /// decisions, and a fresh one is restored.
     #[test]
     fn saved_states_are_restored_only_fresh_and_well_formed() {
         let dir = std::env::temp_dir().join(format!("lb-states-{}", std::process::id()));

@@ -73,7 +73,7 @@ pub(crate) fn load() -> Option<OwnedFd> {
 mod tests {
     use super::*;
 
-    /// Issue 16: the blob's sections line up (what the kernel's BTF parser checks first).
+    /// The blob's sections line up (what the kernel's BTF parser checks first).
     #[test]
     fn blob_sections_are_where_the_header_says() {
         let b = blob();

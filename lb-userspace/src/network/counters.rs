@@ -154,8 +154,8 @@ mod tests {
     use super::*;
     use crate::network::state::test_vip;
 
-    /// Issue 16 (counters per Backend Service): a service keeps its index across applies,
-    /// in every VIP; a new one takes a free index, listed so its block is zeroed.
+    /// Counters per Backend Service (S-OB1): a service keeps its index across applies, in
+    /// every VIP; a new one takes a free index, listed so its block is zeroed.
     #[test]
     fn one_index_per_backend_service_kept_across_applies() {
         let mut vip = test_vip(0, "198.18.0.1", (6, (80, 80), false), &[("10.0.0.1", 80)]);

@@ -76,7 +76,7 @@ mod tests {
         f.0[(base + (bit >> 6)) as usize] & (1 << (bit & 63)) != 0
     }
 
-    /// Issue 16: one read rejects non-VIP traffic, so every VIP address and every NAT
+    /// One read rejects non-VIP traffic, so every VIP address and every NAT
     /// backend address must have its bit, and DSR backends (whose replies bypass us) need none.
     #[test]
     fn marks_vip_addresses_and_nat_backends_only() {
@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(empty.union(&f), f);
     }
 
-    /// Issue 16: 1,000 VIP addresses spread over the filter, so an address that is none of
+    /// 1,000 VIP addresses spread over the filter, so an address that is none of
     /// them is rejected by the read almost always.
     #[test]
     fn a_thousand_addresses_leave_most_bits_clear() {

@@ -226,7 +226,7 @@ impl NatBackends {
     /// A state whose VIPs and backend addresses and ports are those `old` was planned for
     /// (a backend failing or returning, a weight or a name changing) keeps `old` as it is:
     /// planned again it would name the same targets, and at 1,000 VIPs x 100 backends the
-    /// planning took about a third of the time to the tables' swap (issue 16).
+    /// planning took about a third of the time to the tables' swap.
     pub fn plan(state: &State, old: Option<&NatBackends>) -> NatBackends {
         let inputs = inputs_of(state);
         if let Some(old) = old.filter(|o| o.inputs == Some(inputs)) {
@@ -369,7 +369,7 @@ mod tests {
         nat_key(addr.parse().expect("ip"), port)
     }
 
-    /// Issue 16 (one insert per new NAT flow): each NAT backend names the VIPs it serves
+    /// So that a new NAT flow costs one insert, each NAT backend names the VIPs it serves
     /// and the port a reply tells; DSR backends are not there.
     #[test]
     fn backends_name_their_vips_and_ports() {
@@ -408,7 +408,7 @@ mod tests {
         assert_eq!((t.vip_id, t.proto), (4, PROTO_ANY));
     }
 
-    /// Issue 16: VIPs whose replies cannot name them are left untraced: a Port Range onto
+    /// VIPs whose replies cannot name them are left untraced: a Port Range onto
     /// one backend port, and the fifth VIP sharing one backend address.
     #[test]
     fn untraceable_vips_are_left_out() {
@@ -423,7 +423,7 @@ mod tests {
         assert!(!nat.contains_key(&key("10.2.0.1", 80)));
     }
 
-    /// Issue 16: a server running a service per port serves any number of traced NAT
+    /// A server running a service per port serves any number of traced NAT
     /// VIPs: each port names its own VIPs.
     #[test]
     fn a_port_per_vip_traces_every_vip() {
@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(vip_ids(&nat, "10.2.0.9", 8007), vec![7]);
     }
 
-    /// Issue 16: a reply reads one entry, so a port's entry also lists the VIPs its
+    /// A reply reads one entry, so a port's entry also lists the VIPs its
     /// address serves from any port (ANY-L3), and both must fit in it together: the VIP
     /// that would overfill it is left untraced.
     #[test]
@@ -480,7 +480,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 16: a traced VIP that gains a backend already shared by four VIPs is left
+    /// A traced VIP that gains a backend already shared by four VIPs is left
     /// untraced from then on, but keeps its targets under the backends it had: the
     /// replies of its flows there are still found.
     #[test]
@@ -510,7 +510,7 @@ mod tests {
         assert_eq!(vip_ids(&after, "10.2.0.9", 8080), vec![2, 3, 4, 5]);
     }
 
-    /// Issue 16: a new VIP placed before the others (a lower id) never takes the place of
+    /// A new VIP placed before the others (a lower id) never takes the place of
     /// one already traced under a shared backend.
     #[test]
     fn a_new_vip_never_pushes_out_a_traced_one() {
@@ -535,7 +535,7 @@ mod tests {
         assert_eq!(fresh.untraced, HashSet::from([5]));
     }
 
-    /// Issue 16 (flood guard): only NAT TCP VIPs whose replies name them alone may leave
+    /// Flood guard: only NAT TCP VIPs whose replies name them alone may leave
     /// flows unrecorded, and their targets carry the table size the reply path hashes
     /// with; DSR VIPs always may; UDP VIPs and VIPs sharing a backend with an ANY-L3 VIP
     /// never do.
@@ -594,7 +594,7 @@ mod tests {
         assert_eq!(sizes("10.2.0.4", 0), [(5, 0)]);
     }
 
-    /// Issue 16 (a backend of 1,000 VIPs failing swapped within 100 ms): a state whose
+    /// So that a backend of 1,000 VIPs failing is swapped in within 100 ms, a state whose
     /// backends only changed health keeps the plan as it was, without planning again; one
     /// whose backend moved to another port is planned again.
     #[test]

@@ -92,7 +92,7 @@ pub fn read_object() -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    /// Issue 19: the packaged `/usr/bin/lb` finds `/usr/lib/lb/lb-xdp` before the
+    /// The packaged `/usr/bin/lb` finds `/usr/lib/lb/lb-xdp` before the
     /// repository's build path, and beside-the-binary still comes first.
     #[test]
     fn packaged_binary_looks_in_usr_lib_lb() {
@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(all.len(), 3, "{all:?}");
     }
 
-    /// Issue 19: a binary under another prefix looks in its own `lib/lb`, then the
+    /// A binary under another prefix looks in its own `lib/lb`, then the
     /// repository, then the package's place.
     #[test]
     fn other_prefix_and_repository_binary() {
@@ -128,7 +128,7 @@ mod tests {
         );
     }
 
-    /// Issue 19: LB_XDP_OBJECT, when set and not empty, is the only place looked at.
+    /// LB_XDP_OBJECT, when set and not empty, is the only place looked at.
     #[test]
     fn the_variable_wins() {
         let all = object_candidates(

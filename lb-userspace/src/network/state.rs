@@ -191,9 +191,9 @@ pub(crate) fn test_vip(
 mod tests {
     use super::write_atomically;
 
-    /// Issue 20 (the soak's upgrades): writers saving the same file at the same time (the
-    /// old and the new `lb run` save the health states every second) all succeed, and the
-    /// file always holds one whole write.
+    /// As in an upgrade under load (the soak's upgrades), writers saving the same file at
+    /// the same time (the old and the new `lb run` save the health states every second) all
+    /// succeed, and the file always holds one whole write.
     #[test]
     fn concurrent_atomic_writes_of_one_file_all_succeed() {
         let dir = std::env::temp_dir().join(format!("lb-atomic-{}", std::process::id()));

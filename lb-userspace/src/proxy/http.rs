@@ -135,7 +135,7 @@ async fn run<I>(
 /// Where hyper hands the streams of one HTTP/2 connection (its executor): they run in the
 /// connection's own task ([`Running`]) rather than a task each. A task per request cost a
 /// 128-byte aligned allocation of its 2 KiB future and the scheduler's bookkeeping, a few
-/// percent of an HTTP/2 request's time in the proxy (issue 22). Handed over through a queue,
+/// percent of an HTTP/2 request's time in the proxy. Handed over through a queue,
 /// not into the running set itself: a stream may hand over another (the tunnel of a CONNECT
 /// answered 2xx) while it is being polled.
 #[derive(Clone, Default)]

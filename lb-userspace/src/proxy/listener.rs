@@ -35,7 +35,7 @@ enum Phase {
 /// Tells the connections of one listener on one worker that the listener is closing: HTTP
 /// connections then close after their in-flight requests. A flag and a wakeup rather than a
 /// channel: every idle keep-alive connection waits on it, and the smaller the wait, the
-/// less an idle connection costs (issue 22). It also counts the listener's open connections
+/// less an idle connection costs. It also counts the listener's open connections
 /// on that worker, so that a closing listener knows when the last one has ended.
 pub(crate) struct Closing {
     closed: AtomicBool,
@@ -219,7 +219,7 @@ async fn accept_loop(
 /// Serves one accepted connection on `worker`: the socket joins that worker's reactor, so
 /// its readiness events wake no other thread. The task runs the path of the connection's
 /// kind from its start (L7 TCP, TLS, plain HTTP), with no layer between: an idle keep-alive
-/// connection's task holds only what its path needs (issue 22).
+/// connection's task holds only what its path needs.
 fn spawn(
     rt: &Arc<VsRuntime>,
     stream: std::net::TcpStream,

@@ -5,9 +5,9 @@
 //!
 //! The pooled client is one per worker thread, like the HTTP/1.1 path's idle connections: a
 //! backend connection is driven by a task on the worker that opened it, and a pool shared by
-//! the workers handed it to requests of the other worker too, so each of their requests
-//! crossed threads twice (request in, answer back) and the workers' shares of the pool were
-//! left to chance at start-up (issue 22).
+//! the workers would hand it to requests of the other worker too, so each of their requests
+//! would cross threads twice (request in, answer back) and the workers' shares of the pool
+//! would be left to chance at start-up.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,6 +1,6 @@
 //! The selection model: from configuration and health to "who takes new traffic" per list.
 //!
-//! Choices where SPEC is silent:
+//! Choices where docs/behaviour.md is silent:
 //! * Inside a Backend Group the group's Backup flag decides the role of its members ("set on the
 //!   group as a whole"); a member's own Backup flag counts only where it is listed directly.
 //!   Maintenance is per service and per group: a member is in maintenance when either is on.

@@ -1,4 +1,5 @@
-//! Table-driven checks of the selection rules, one or more cases per SPEC rule.
+//! Table-driven checks of the selection rules, one or more cases per rule of
+//! docs/behaviour.md.
 
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The scale-out topology: a client behind a router that spreads flows over three
 //! balancers by ECMP, the balancers announcing their VIPs over BGP (BIRD 2 with BFD) from
 //! the routes `lb run` keeps, and the backends on one segment shared by all balancers, in
-//! DSR mode (issue 17, S-AN, S-CL4).
+//! DSR mode (S-AN1..3, S-CL4).
 //!
 //! ```text
 //!  client ns (eth0 10.210.0.2/30, default via 10.210.0.1)

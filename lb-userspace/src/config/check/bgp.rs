@@ -177,7 +177,7 @@ mod tests {
         }
     }
 
-    /// Bad `[bgp]` settings get one clear error each, with their line (issue 17, S-AN).
+    /// Bad `[bgp]` settings get one clear error each, with their line (the routes of S-AN1).
     #[test]
     fn bad_bgp_settings_are_named_with_their_line() {
         let e = errors("[bgp]\nenabled = true\ntable = \"no-such-table\"\n");

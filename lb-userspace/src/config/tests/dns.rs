@@ -73,7 +73,7 @@ fn s_gs_dns_vservice_errors_name_field_and_line() {
                 zone = \"bad..zone\"\npoll_period = 0.01\n\
                 [[dns_vservice.record]]\nname = \"www\"\npolicy = \"fastest\"\n";
     let errors = problems(text);
-    // issue 19: the unreadable `policy` no longer hides the other problems.
+    // The unreadable `policy` does not hide the other problems: all are reported at once.
     assert_eq!(errors.len(), 5, "{errors:?}");
     assert!(errors[0].contains("d.toml:6:8: dns_vservice[0].port: 127.0.0.1:5300 is also the API"));
     assert!(errors[1].contains("d.toml:7:8: dns_vservice[0].zone: `bad..zone` is not a domain"));

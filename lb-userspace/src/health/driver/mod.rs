@@ -1,5 +1,6 @@
-//! TCP checks without a task each (issue 21): one thread with one epoll set and one timer
-//! heap runs every TCP check of the engine, the way HAProxy's event loop runs its checks.
+//! TCP checks without a task each, so that tens of thousands of them cost little: one
+//! thread with one epoll set and one timer heap runs every TCP check of the engine, the way
+//! HAProxy's event loop runs its checks.
 //!
 //! A check costs the system calls it needs and no more: socket (already non-blocking),
 //! TCP_QUICKACK off (half-open), connect, one epoll_ctl ADD, and on the answer SO_LINGER 0

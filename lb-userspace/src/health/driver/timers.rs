@@ -88,7 +88,7 @@ impl Timers {
 mod tests {
     use super::*;
 
-    /// Issue 21: timers come out in due order across the queues and the heap.
+    /// Timers come out in due order across the queues and the heap.
     #[test]
     fn timers_come_due_in_order() {
         let t0 = Instant::now();

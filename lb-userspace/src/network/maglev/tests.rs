@@ -296,9 +296,9 @@ fn digest_changes_with_the_backends_and_is_pinned() {
 /// The digest of 12 equal backends at size 251 (`digest_changes_with_the_backends_and_is_pinned`).
 const PINNED_DIGEST: &str = "2f82c430fda08d15";
 
-/// Issue 16 (one computation shared by VIPs with the same backends): a table built as
-/// positions and mapped to values is `build`'s table, its digest is `digest`'s, and the
-/// positions do not depend on the values written (two VIPs' slot numbers).
+/// One computation is shared by VIPs with the same backends: a table built as positions and
+/// mapped to values is `build`'s table, its digest is `digest`'s, and the positions do not
+/// depend on the values written (two VIPs' slot numbers).
 #[test]
 fn positions_give_the_same_table_and_digest_for_any_values() {
     let k = keys(40);

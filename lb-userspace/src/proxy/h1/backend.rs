@@ -3,9 +3,9 @@
 //! head parsed in place, body streamed back as HTTP/2 data frames, and the connection
 //! returned to the list once the body ended cleanly.
 //!
-//! hyper's pooled client did this before, at the cost of a task per backend connection and a
-//! channel and a oneshot per request, the larger part of an HTTP/2 request's time in the
-//! proxy (issue 22). Requests with a body still go through that client (`super::super::upstream`).
+//! hyper's pooled client would cost a task per backend connection and a channel and a
+//! oneshot per request, the larger part of an HTTP/2 request's time in the proxy. Requests
+//! with a body still go through that client (`super::super::upstream`).
 
 use std::net::SocketAddr;
 use std::pin::Pin;

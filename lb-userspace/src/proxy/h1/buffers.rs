@@ -2,7 +2,7 @@
 //! only while it has a request under way.
 //!
 //! A keep-alive connection spends most of its life waiting for the next request; holding its
-//! buffers meanwhile cost about 16 KiB per idle connection (issue 22). Like HAProxy's buffer
+//! buffers meanwhile would cost about 16 KiB per idle connection. Like HAProxy's buffer
 //! pools, each worker thread keeps a few sets of buffers: a connection takes one when its
 //! client sends, and gives it back once the answer is out and nothing is pending, so an idle
 //! connection holds none and a busy one reuses warm buffers without asking the allocator.
@@ -90,7 +90,8 @@ fn pooled() -> usize {
     POOL.with(|pool| pool.borrow().len())
 }
 
-/// No SPEC rule covers buffer reuse (issue 22).
+/// No rule of docs/behaviour.md covers buffer reuse: these check that an idle connection
+/// holds no buffer and a busy one reuses them.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! The client side of an HTTP/1.1 connection, plain or TLS: the hand-written path serves
-//! both (issue 22), so HTTPS keeps the plain path's cost per request instead of going
+//! both, so HTTPS keeps the plain path's cost per request instead of going
 //! through hyper.
 
 use std::io;

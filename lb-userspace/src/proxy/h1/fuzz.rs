@@ -1,4 +1,4 @@
-//! Property tests of the parsers that face clients and backends (issue 20): any bytes, in
+//! Property tests of the parsers that face clients and backends: any bytes, in
 //! any split, give an answer (a head, "more", or an error), never a panic, and what is
 //! accepted is consistent. `cargo xtask fuzz` runs many more cases than `cargo test`.
 

@@ -54,7 +54,7 @@ const CLOSING_GRACE: Duration = Duration::from_millis(250);
 /// client is no longer watched for leaving until the answer comes.
 const PIPELINE_LIMIT: usize = 64 * 1024;
 
-/// What a connection keeps while it waits for its next request: no buffer (issue 22).
+/// What a connection keeps while it waits for its next request: no buffer.
 struct Line<C> {
     rt: Arc<VsRuntime>,
     client: C,
@@ -133,7 +133,7 @@ type SettingsCache<'a> = arc_swap::Cache<&'a arc_swap::ArcSwap<VsSettings>, Arc<
 /// The task alternates between two states: waiting for a request, which holds only the
 /// socket and a timer (no buffer: the thread's pool has them), and serving requests, whose
 /// larger state is boxed for as long as requests keep coming, so the many idle keep-alive
-/// connections of a balancer cost little more than their sockets (issue 22).
+/// connections of a balancer cost little more than their sockets.
 pub(crate) fn serve<C: ClientStream>(
     rt: Arc<VsRuntime>,
     client: C,

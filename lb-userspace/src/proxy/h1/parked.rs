@@ -1,4 +1,4 @@
-//! A plain HTTP/1.x connection parked while idle (issue 22): the socket off the reactor and
+//! A plain HTTP/1.x connection parked while idle: the socket off the reactor and
 //! what its task needs to go on, with no task, timer or wakeup of its own.
 
 use std::os::fd::{AsRawFd, RawFd};

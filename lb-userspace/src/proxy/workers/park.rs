@@ -1,4 +1,4 @@
-//! Idle keep-alive connections parked without a task (issue 22).
+//! Idle keep-alive connections parked without a task.
 //!
 //! A balancer holds tens of thousands of keep-alive connections that send nothing for
 //! seconds or minutes. As a task each, one costs about 1.2 KiB of heap: the task and its

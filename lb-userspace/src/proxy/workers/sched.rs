@@ -61,7 +61,7 @@ pub(crate) fn current() -> io::Result<libc::sched_attr> {
     }
 }
 
-/// No SPEC rule covers scheduling: these check the kernel interface itself.
+/// No rule of docs/behaviour.md covers scheduling: these check the kernel interface itself.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! Control plane at scale, configuration side (issue 21): how long `lb check-config` takes
+//! Control plane at scale, configuration side: how long `lb check-config` takes
 //! for 10,000 and 50,000 Backend Services, how long `lb run` takes until 10,000 of them are
 //! OK, and how long a reload (SIGHUP) of those 10,000 takes to apply when one service
 //! changed, with the count of health state changes it caused (only the changed service

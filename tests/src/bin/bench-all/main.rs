@@ -1,4 +1,4 @@
-//! `cargo xtask bench all|l4|control`: the comparative benchmark suite (issue 6). Runs the
+//! `cargo xtask bench all|l4|control`: the comparative benchmark suite. Runs the
 //! L4 comparison in namespaces it creates and deletes, the control-plane timings, and
 //! writes target/bench/report.md with PNG plots beside it, folding in the outputs of
 //! bench-xdp and bench-l7 that xtask saved to target/bench/.

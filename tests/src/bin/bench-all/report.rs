@@ -99,8 +99,8 @@ fn l4_section(out: &mut String, dir: &Path, r: &L4Results) -> Result<()> {
     Ok(())
 }
 
-/// The three figures issue 16 sets targets for, as same-round medians of this project's NAT
-/// data path against nftables and the minimal forwarder.
+/// The three figures the XDP data path has targets for, as same-round medians of this
+/// project's NAT data path against nftables and the minimal forwarder.
 fn targets(out: &mut String, r: &L4Results) -> Result<()> {
     let figure = |m: &std::collections::BTreeMap<(System, Workload), Vec<f64>>, wl| {
         m.get(&(System::LbNat, wl)).map(|v| median(v))

@@ -1,10 +1,10 @@
-//! `cargo xtask bench health`: what health checking costs at scale, ours beside HAProxy
-//! (issue 21). 10,000 services, each with a TCP check at P = 1 s, T = 1 s, Rise 3, Fall 2,
-//! are checked by `lb run` (the real daemon) and by HAProxy (`check inter 1s fall 2 rise 3`)
-//! in interleaved rounds: lb, haproxy, lb, haproxy, lb, haproxy. Then one round each at
-//! 50,000 services with P = 5 s: the same 10,000 checks per second over five times the
-//! services, which shows whether the cost grows with the check rate and the memory with the
-//! number of services.
+//! `cargo xtask bench health`: what health checking costs at scale, ours beside HAProxy.
+//! 10,000 services, each with a TCP check at P = 1 s, T = 1 s, Rise 3, Fall 2, are checked
+//! by `lb run` (the real daemon) and by HAProxy (`check inter 1s fall 2 rise 3`) in
+//! interleaved rounds: lb, haproxy, lb, haproxy, lb, haproxy. Then one round each at 50,000
+//! services with P = 5 s: the same 10,000 checks per second over five times the services,
+//! which shows whether the cost grows with the check rate and the memory with the number of
+//! services.
 //!
 //! One listening socket on 0.0.0.0 answers every 127.1.x.y address, so each service gets its
 //! own loopback address and they all share one port; it lives in a child process (this

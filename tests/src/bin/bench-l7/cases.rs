@@ -1,11 +1,11 @@
 //! The cases a run measures (`LB_BENCH_CASES`, default all): plain HTTP/1.1 (saturated,
-//! below saturation, then the Maintenance run) and the four of issue 22 over TLS and with
-//! idle connections.
+//! below saturation, then the Maintenance run) and four more over TLS and with idle
+//! connections.
 
 use anyhow::{Result, bail};
 
-/// One of issue 22's cases (plain HTTP/1.1 is handled on its own: it has two kinds of run
-/// and the Maintenance run).
+/// One of the TLS, HTTP/2 and idle-connection cases (plain HTTP/1.1 is handled on its own:
+/// it has two kinds of run and the Maintenance run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Case {
     /// HTTP/1.1 over TLS 1.3 with keep-alive (wrk on https://).
@@ -47,7 +47,7 @@ impl Case {
 pub struct Selection {
     /// Plain HTTP/1.1 (and the Maintenance run).
     pub plain: bool,
-    /// Issue 22's cases, in [`Case::ALL`] order.
+    /// The TLS, HTTP/2 and idle-connection cases, in [`Case::ALL`] order.
     pub cases: Vec<Case>,
 }
 
@@ -85,7 +85,8 @@ impl Selection {
     }
 }
 
-/// No SPEC rule covers the bench's case list (issue 22).
+/// No rule of docs/behaviour.md covers the bench's case list: these check how
+/// `LB_BENCH_CASES` is read.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::wrk::{Load, WrkResult};
 
-/// Streams each h2load connection keeps open at once (`-m`, issue 22: 100 per connection).
+/// Streams each h2load connection keeps open at once (`-m`: 100 per connection, the least
+/// RFC 9113 advises a server to allow).
 pub const STREAMS: u32 = 100;
 /// Client connections (`-c`).
 pub const CONNECTIONS: u32 = 16;
@@ -106,7 +107,7 @@ pub fn parse(report: &str, log: &str) -> Result<WrkResult> {
     }
 }
 
-/// No SPEC rule covers the bench's h2load handling (issue 22): these check what it reads
+/// No rule of docs/behaviour.md covers the bench's h2load handling: these check what it reads
 /// and passes.
 #[cfg(test)]
 mod tests {

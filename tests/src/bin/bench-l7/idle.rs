@@ -1,4 +1,4 @@
-//! The idle-connection case (issue 22): 10,000 keep-alive client connections that each made
+//! The idle-connection case: 10,000 keep-alive client connections that each made
 //! one request and then stay open doing nothing, held by the bench itself, while wrk keeps a
 //! steady load on a few others. What a proxy pays for them is the growth of its resident
 //! memory divided by their number; the cost to the active requests is their p99.
@@ -131,7 +131,8 @@ fn proc_rss(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// No SPEC rule covers the bench's idle client (issue 22).
+/// No rule of docs/behaviour.md covers the bench's idle client: these check how it reads
+/// the answer to its one request.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! `cargo xtask bench l7`: this project's HTTP proxy against HAProxy and nginx in front of
-//! the same backend, on loopback, under the same wrk load (issue 4 item 10, issue 6 item 4).
+//! the same backend, on loopback, under the same wrk load, then the Maintenance run (S-MT1
+//! under load).
 //!
 //! Each system runs `rounds` times, alternating systems and rotating which goes first, and
 //! the median of each figure is reported with the ratios ours / theirs, then the ratios
@@ -18,14 +19,14 @@
 //! more about that queue than about the proxy; below saturation the proxies' latencies are
 //! compared at about the same request rate, which is how an operator meets them.
 //!
-//! Each round then measures, on the same process, the cases of issue 22: first 10,000 idle
-//! keep-alive connections held open by the bench beside a steady wrk load on 16 others
-//! (memory per idle connection = the proxy's RSS growth / 10,000, and the active requests'
-//! p99; first, so that no proxy has pooled memory from the bigger loads that follow), then,
-//! all over TLS 1.3 with the bench's ECDSA P-256 certificate after a TLS warm-up, HTTPS
-//! with keep-alive (wrk on https://), HTTPS handshakes (wrk with `Connection: close`: one
-//! request per connection, so new TLS connections per second and CPU per handshake) and
-//! HTTP/2 over TLS (h2load, 100 streams on each of 16 connections).
+//! Each round then measures, on the same process, the TLS, HTTP/2 and idle-connection
+//! cases: first 10,000 idle keep-alive connections held open by the bench beside a steady
+//! wrk load on 16 others (memory per idle connection = the proxy's RSS growth / 10,000, and
+//! the active requests' p99; first, so that no proxy has pooled memory from the bigger
+//! loads that follow), then, all over TLS 1.3 with the bench's ECDSA P-256 certificate
+//! after a TLS warm-up, HTTPS with keep-alive (wrk on https://), HTTPS handshakes (wrk with
+//! `Connection: close`: one request per connection, so new TLS connections per second and
+//! CPU per handshake) and HTTP/2 over TLS (h2load, 100 streams on each of 16 connections).
 //!
 //! Then a Maintenance run counts the requests that fail while Maintenance moves between two
 //! Backend Services every second (must be 0). A peer that cannot run (a package missing, a
@@ -83,7 +84,7 @@ struct System {
     full: Runs,
     /// Runs with a pause per connection (below saturation).
     paced: Runs,
-    /// Issue 22's cases, in [`Case::ALL`] order.
+    /// The TLS, HTTP/2 and idle-connection cases, in [`Case::ALL`] order.
     cases: [Runs; 4],
     broken: Option<String>,
 }

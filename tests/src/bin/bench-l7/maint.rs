@@ -1,4 +1,4 @@
-//! The Maintenance run (issue 6 item 4, SPEC S-MT): wrk loads our HTTP vService over two
+//! The Maintenance run (S-MT1 under load): wrk loads our HTTP vService over two
 //! Backend Services while the bench moves Maintenance from one to the other every second
 //! through `lb backend maintenance NAME on|off` (the REST API). One of the two is always
 //! available, so every request must succeed: failed = non-2xx answers + socket errors.

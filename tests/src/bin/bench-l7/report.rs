@@ -215,7 +215,7 @@ pub struct Report {
     systems: Vec<SystemFigures>,
     /// Runs below saturation.
     paced: Vec<SystemFigures>,
-    /// Issue 22's cases, each with its systems' medians, in [`Case::ALL`] order.
+    /// The TLS, HTTP/2 and idle-connection cases, each with its systems' medians, in [`Case::ALL`] order.
     cases: Vec<(Case, Vec<SystemFigures>)>,
     maintenance: Option<MaintReport>,
     not_measured: Vec<String>,
@@ -252,7 +252,7 @@ impl Report {
         self.paced.push(f);
     }
 
-    /// One system's medians in one of issue 22's cases.
+    /// One system's medians in one of the TLS, HTTP/2 and idle-connection cases.
     pub fn case(&mut self, case: Case, f: SystemFigures) {
         match self.cases.iter_mut().find(|(c, _)| *c == case) {
             Some((_, systems)) => systems.push(f),
@@ -513,7 +513,8 @@ fn comparisons(o: &mut String, systems: &[SystemFigures], kind: &str) {
     let _ = writeln!(o);
 }
 
-/// No SPEC rule covers the bench's statistics (issue 4 item 10).
+/// No rule of docs/behaviour.md covers the bench's statistics: these check its same-round
+/// ratios, confidence intervals and verdicts.
 #[cfg(test)]
 mod tests {
     use super::*;

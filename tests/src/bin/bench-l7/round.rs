@@ -1,5 +1,6 @@
-//! Issue 22's cases of one round on one proxy: the TLS warm-up, then HTTPS keep-alive,
-//! handshakes, HTTP/2 and the idle connections, each recorded in the system's runs.
+//! The TLS, HTTP/2 and idle-connection cases of one round on one proxy: the TLS warm-up,
+//! then HTTPS keep-alive, handshakes, HTTP/2 and the idle connections, each recorded in the
+//! system's runs.
 
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ use crate::{System, WARM_UP, h2load, idle, measure_with};
 /// wrk connections beside the idle ones.
 const ACTIVE_BESIDE_IDLE: u32 = 16;
 
-/// Issue 22's cases of one round on `s`: a TLS warm-up, then each case; a case that fails
-/// is reported as not measured for `s` and the others go on.
+/// The TLS, HTTP/2 and idle-connection cases of one round on `s`: a TLS warm-up, then each
+/// case; a case that fails is reported as not measured for `s` and the others go on.
 pub fn run_cases(
     s: &mut System,
     cases: &[Case],

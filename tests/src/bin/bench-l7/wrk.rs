@@ -195,7 +195,7 @@ pub fn parse(text: &str) -> Result<WrkResult> {
     }
 }
 
-/// No SPEC rule covers the bench's wrk handling (issue 4 item 10): these check the report it
+/// No rule of docs/behaviour.md covers the bench's wrk handling: these check the report it
 /// reads and the arguments it passes.
 #[cfg(test)]
 mod tests {
@@ -265,7 +265,7 @@ Transfer/sec:     12.00MB
         );
     }
 
-    /// Issue 22: the handshake case sends `Connection: close` over https://.
+    /// The handshake case sends `Connection: close` over https://.
     #[test]
     fn the_handshake_target_closes_every_connection_over_tls() {
         let load = Load {

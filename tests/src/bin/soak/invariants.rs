@@ -238,7 +238,7 @@ fn l4_flows(events: &[Event], faults: &[FaultRecord], f: &mut Findings) {
 
 #[cfg(test)]
 mod tests {
-    //! The decisions of the checks on hand-made records (issue 20).
+    //! The decisions of the checks on hand-made records.
 
     use super::*;
     use crate::events::Fail;

@@ -1,4 +1,4 @@
-//! `cargo xtask soak [--minutes N] [--seed S]` (issue 20): a long run of the namespace
+//! `cargo xtask soak [--minutes N] [--seed S]`: a long run of the namespace
 //! topology under real load and a fault schedule, with invariant checks. Needs root.
 //!
 //! Topology: client, balancer and five backend namespaces (b1..b5, DSR links to b1..b5).

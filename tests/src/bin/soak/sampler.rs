@@ -347,7 +347,7 @@ mod tests {
     }
 
     /// The longest-lived process is measured; a step early in its life shows in the whole
-    /// span's growth, not in the second half's (issue 20).
+    /// span's growth, not in the second half's, so start-up is not taken for a leak.
     #[test]
     fn growth_is_measured_on_the_longest_process_and_its_second_half() {
         let mut v: Vec<Sample> = (0..40).map(|t| sample(t, 1, 30_000)).collect();
