@@ -5,10 +5,12 @@
 //! -> `daemon` (the running parts behind one handle) -> `cluster` (the shared configuration)
 //! -> `api`; `run` wires the daemon, the cluster and the API together for `lb run`. `stats`
 //! (latency histograms) stands beside `config` at the bottom: it imports nothing and any
-//! layer records into it.
+//! layer records into it. `command_line` (the clap definitions of `lb`) stands beside `run`
+//! at the top.
 
 pub mod api;
 pub mod cluster;
+pub mod command_line;
 pub mod config;
 pub mod daemon;
 pub mod gslb;

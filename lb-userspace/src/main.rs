@@ -2,144 +2,15 @@
 //! run as a daemon that survives its own restarts without interrupting forwarding.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use aya::programs::XdpMode;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser;
+use lb::command_line::{Cli, Command, DEFAULT_CONFIG, LogFormat, Mode, RunArgs, Target};
 use lb::config::{self, AttachMode, Config};
 use lb::network::{self, DataPath, LoadOptions};
 use tracing::{info, warn};
-
-/// The configuration file of the Debian package (the systemd unit runs `lb run` with it).
-const DEFAULT_CONFIG: &str = "/etc/lb/lb.toml";
-
-#[derive(Parser)]
-#[command(
-    name = "lb",
-    version,
-    about = "Load balancer: Network vServices in XDP (TCP, UDP, any IP; NAT or DSR; IPv4 and \
-             IPv6), HTTP and L7 TCP vServices in a proxy, DNS vServices across sites, one \
-             health engine for all, a REST API and a Live Stats page"
-)]
-struct Cli {
-    /// How log lines are written to stderr: `text` (coloured only on a terminal) or `json`
-    /// (one object per line, for log shippers).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Mode {
-    /// Native (driver) XDP.
-    Drv,
-    /// Generic (skb) XDP, for NICs without native support.
-    Skb,
-}
-
-#[derive(clap::Args)]
-struct Target {
-    /// Configuration file (TOML).
-    #[arg(long)]
-    config: PathBuf,
-    /// Interface to attach to; repeat for several (NAT needs the backend side too).
-    #[arg(long = "iface", value_delimiter = ',')]
-    ifaces: Vec<String>,
-    /// Attach mode (default: the config's, else drv).
-    #[arg(long)]
-    mode: Option<Mode>,
-    /// bpffs directory for pins (default: the config's, else /sys/fs/bpf/lb).
-    #[arg(long)]
-    pin_dir: Option<PathBuf>,
-}
-
-#[derive(clap::Args)]
-struct RunArgs {
-    #[command(flatten)]
-    target: Target,
-    /// Take over from the `lb run` running with the same --config (a binary upgrade or a
-    /// restart without a refused connection): its listening sockets pass to this process,
-    /// it stops accepting, finishes its open requests and connections, and exits.
-    #[arg(long)]
-    upgrade: bool,
-    /// When a new `lb run --upgrade` takes over from this one: seconds its open requests
-    /// and connections (L7 TCP, WebSocket) may take to finish before they are cut.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
-    drain_timeout: f64,
-    /// Health decisions saved by a previous `lb run` (each second and at exit) are restored
-    /// when younger than this; 0 starts every checked service in Preparing.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
-    restore_within: f64,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Load (or adopt) the data path, attach it, write the config's VIPs, and exit.
-    Load(Target),
-    /// Like `load`, then stay in the foreground: SIGHUP reloads the config; SIGTERM/SIGINT
-    /// exit and leave the program attached (forwarding continues; a restart adopts it).
-    Run(RunArgs),
-    /// Detach from an interface; the last detach unloads the program and its maps.
-    Unload {
-        /// Interface to detach from.
-        #[arg(long = "iface", value_delimiter = ',', required = true)]
-        ifaces: Vec<String>,
-        /// bpffs directory of the pins.
-        #[arg(long, default_value = "/sys/fs/bpf/lb")]
-        pin_dir: PathBuf,
-        /// Configuration file whose `[bgp]` table holds the VIP routes: when the program is
-        /// unloaded they are withdrawn (nothing forwards this balancer's VIPs any more).
-        /// A missing default file is skipped.
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
-    },
-    /// Print a BIRD 2 configuration for announcing the VIPs that `lb run` keeps in the
-    /// `[bgp]` table (kernel protocol, BFD, BGP template); fill in its capitals.
-    BirdConfig {
-        /// Configuration file (TOML) with `[bgp]`.
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
-    },
-    /// Everything at a glance: the XDP data path's VIPs, backends and counters (read from its
-    /// pins), and the daemon's L7 and DNS vServices and Backend Services (from its API).
-    Status(lb::api::status::StatusArgs),
-    /// A Network vService's Maglev table as the kernel holds it (one backend per entry) and
-    /// its digest: balancers whose digests agree send every flow to the same backend.
-    Table(lb::api::table::TableArgs),
-    /// Validate a configuration file and print every error.
-    CheckConfig {
-        /// Configuration file (TOML).
-        file: PathBuf,
-    },
-    /// Commands that talk to a running daemon's REST API.
-    #[command(flatten)]
-    Api(lb::api::cli::ApiCommand),
-    /// Print the shell completion script for `lb` (bash, zsh, fish, elvish, powershell);
-    /// the Debian package installs them already.
-    #[command(hide = true)]
-    Completions {
-        /// Shell to complete for.
-        shell: clap_complete::Shell,
-    },
-    /// Write the manual pages (lb.1, and lb-SUBCOMMAND.1 for each subcommand) into a
-    /// directory; the Debian package installs them already.
-    #[command(hide = true)]
-    Man {
-        /// Directory to write the pages into (created when missing).
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
-    },
-}
 
 fn main() {
     let cli = Cli::parse();
@@ -199,8 +70,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Table(args) => lb::api::table::run(&args),
         Command::Api(cmd) => lb::api::cli::run(cmd),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "lb", &mut std::io::stdout());
+            let mut command = lb::command_line::command();
+            clap_complete::generate(shell, &mut command, "lb", &mut std::io::stdout());
             Ok(())
         }
         Command::Man { dir } => man_pages(&dir),
@@ -258,9 +129,8 @@ fn withdraw_routes(config: &Path) -> Result<()> {
 /// Writes one page per command from the clap definitions, so the pages say what `--help`
 /// says; the hidden commands (these generators) get none.
 fn man_pages(dir: &Path) -> Result<()> {
-    use clap::CommandFactory;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    clap_mangen::generate_to(Cli::command(), dir)
+    clap_mangen::generate_to(lb::command_line::command(), dir)
         .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
     println!("manual pages written into {}", dir.display());
     Ok(())
