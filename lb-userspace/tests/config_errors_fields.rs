@@ -529,20 +529,20 @@ fn s_cl_peer_names_and_urls_are_unique_and_valid() {
     let text = doc(&[
         "[[cluster.peer]]",
         "name = \"lb2\"",
-        "url = \"http://10.0.0.2:9180\"",
+        "url = \"https://10.0.0.2:9180\"",
         "[[cluster.peer]]",
         "name = \"lb2\"", // 5
-        "url = \"http://10.0.0.2:9180/\"",
+        "url = \"https://10.0.0.2:9180/\"",
         "[[cluster.peer]]",
         "name = \"lb4\"",
-        "url = \"https://10.0.0.4:9180\"", // 9
+        "url = \"ftp://10.0.0.4:9180\"", // 9
         "token = \"tiny\"",
     ]);
     let words = "duplicate name `lb2`: already used by the cluster peer at line 2";
     assert_issue(&text, "cluster.peer[1].name", 5, words);
-    let words = "duplicate url `http://10.0.0.2:9180`: already used by the peer at line 3";
+    let words = "duplicate url `https://10.0.0.2:9180`: already used by the peer at line 3";
     assert_issue(&text, "cluster.peer[1].url", 6, words);
-    let words = "`https://10.0.0.4:9180` is not a peer API URL: write http://HOST:PORT";
+    let words = "`ftp://10.0.0.4:9180` is not a peer API URL: write https://HOST:PORT";
     assert_issue(&text, "cluster.peer[2].url", 9, words);
     assert_issue(&text, "cluster.peer[2].token", 10, "the token is too short");
 }

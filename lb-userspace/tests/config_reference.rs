@@ -65,6 +65,28 @@ const COMMENTED_ONLY: &[(&str, &str)] = &[
          token written in a file everyone can read would be a published secret",
     ),
     (
+        "api.cert",
+        "the certificate and key files are read when the file is loaded, and the example \
+         ships no key pair",
+    ),
+    (
+        "api.key",
+        "the key of api.cert, which the example cannot show active (no key pair shipped)",
+    ),
+    (
+        "api.client_ca",
+        "needs api.cert and api.key, and the CA file is read when the file is loaded",
+    ),
+    (
+        "api.socket",
+        "the example keeps [api] at its defaults (a loopback listener only); a socket path \
+         is a choice of each installation, and lb run would make the file",
+    ),
+    (
+        "api.socket_mode",
+        "only read with api.socket, which the example does not set",
+    ),
+    (
         "proxy.workers",
         "its default (one worker per CPU) suits almost every machine; a fixed count belongs to \
          one machine, not to an example",

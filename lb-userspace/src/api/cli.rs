@@ -8,17 +8,29 @@ use clap::{Args, Subcommand, ValueEnum};
 use hyper::Method;
 use serde_json::{Value, json};
 
-use super::client::ApiClient;
+use super::client::{ApiClient, ClientTls};
 
 /// Where the API is and how to print.
 #[derive(Args, Clone, Debug)]
 pub struct ApiOpts {
-    /// API base URL.
+    /// API base URL: http://HOST:PORT, https://HOST:PORT, or unix:/PATH for the local
+    /// socket (`[api] socket`, where no token is needed).
     #[arg(long, default_value = "http://127.0.0.1:9180")]
     pub api: String,
     /// Bearer token (default: the LB_TOKEN environment variable).
     #[arg(long)]
     pub token: Option<String>,
+    /// CA certificate (PEM) an https:// API's certificate must chain to (default: the
+    /// LB_CA environment variable, else the system's trust store).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for an API that asks for one (`[api] client_ca`); with
+    /// --key (default: the LB_CERT environment variable).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert (default: the LB_KEY environment variable).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
     /// Print the raw JSON answer.
     #[arg(long)]
     pub json: bool,
@@ -189,14 +201,23 @@ pub(super) fn block_on<T>(calls: impl std::future::Future<Output = Result<T>>) -
 }
 
 impl ApiOpts {
-    /// A client of the API at `--api`, with `--token` or else `LB_TOKEN`.
+    /// A client of the API at `--api`, with `--token` or else `LB_TOKEN`, and for https://
+    /// `--ca`, `--cert` and `--key` or else `LB_CA`, `LB_CERT` and `LB_KEY`.
     pub(super) fn client(&self, timeout: Duration) -> ApiClient {
+        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let token = self
             .token
             .clone()
             .or_else(|| std::env::var("LB_TOKEN").ok())
             .filter(|t| !t.is_empty());
-        ApiClient::new(&self.api, token, timeout)
+        let ca = self.ca.clone().or_else(|| env("LB_CA").map(Into::into));
+        let identity = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => env("LB_CERT")
+                .zip(env("LB_KEY"))
+                .map(|(c, k)| (c.into(), k.into())),
+        };
+        ApiClient::with_tls(&self.api, token, timeout, &ClientTls { ca, identity })
     }
 }
 

@@ -1,7 +1,7 @@
-//! Cluster synchronisation over HTTP. With `store = "peers"` (S-CL1/2), after a change this
-//! node pushes its configuration file to every peer (at once, or only on Synchronize with
-//! Manual Sync Mode); a peer keeps its own node-local tables ([xdp], [api], [cluster],
-//! [bgp]) and takes everything else. With `store = "etcd"` (S-CL3) the same endpoints
+//! Cluster synchronisation over HTTP or HTTPS. With `store = "peers"` (S-CL1/2), after a
+//! change this node pushes its configuration file to every peer (at once, or only on
+//! Synchronize with Manual Sync Mode); a peer keeps its own node-local tables ([xdp], [api],
+//! [cluster], [bgp]) and takes everything else. With `store = "etcd"` (S-CL3) the same endpoints
 //! publish through [`crate::cluster`] and report every node registered in etcd.
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use super::change::{self, Origin};
 use super::client::ApiClient;
 use super::error::{ApiError, ApiResult};
 use crate::cluster::Edit;
-use crate::config::{ClusterPeer, write_back};
+use crate::config::{ClientTls, ClusterPeer, write_back};
 use crate::daemon::Daemon;
 
 /// How long one push to one peer may take.
@@ -73,12 +73,13 @@ impl ClusterState {
             return Vec::new();
         };
         let text = write_back::read(daemon.config_path()).map_err(|e| e.to_string());
+        let tls = cluster.peer_tls.clone();
         let mut tasks = tokio::task::JoinSet::new();
         for peer in cluster.peers.clone() {
-            let text = text.clone();
+            let (text, tls) = (text.clone(), tls.clone());
             tasks.spawn(async move {
                 let outcome = match text {
-                    Ok(t) => push_one(&peer, &t).await,
+                    Ok(t) => push_one(&peer, &tls, &t).await,
                     Err(e) => Err(e),
                 };
                 (peer.name, outcome)
@@ -116,8 +117,10 @@ impl ClusterState {
     }
 }
 
-async fn push_one(peer: &ClusterPeer, text: &str) -> Result<(), String> {
-    let client = ApiClient::new(&peer.url, peer.token.clone(), PUSH_TIMEOUT);
+/// Pushes `text` to `peer`; an `https://` peer is verified against `cluster.ca` and shown
+/// this node's `cluster.cert` when it asks for a client certificate.
+async fn push_one(peer: &ClusterPeer, tls: &ClientTls, text: &str) -> Result<(), String> {
+    let client = ApiClient::with_tls(&peer.url, peer.token.clone(), PUSH_TIMEOUT, tls);
     let body = json!({ "config": text });
     let answer = client
         .call(Method::POST, "/api/v1/cluster/config", Some(&body))

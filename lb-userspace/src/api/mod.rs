@@ -17,10 +17,12 @@ mod metrics;
 mod node;
 mod node_cli;
 mod read;
+mod serve;
 mod sessions;
 mod stats_csv;
 pub mod status;
 pub mod table;
+pub(crate) mod tls;
 mod ui;
 mod view;
 
@@ -33,14 +35,16 @@ use axum::http::{StatusCode, Uri};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Kept here for callers of the API's write-back (it moved to the configuration module).
 pub use crate::config::write_back;
 pub use auth::constant_time_eq;
 pub use error::ApiError;
+pub use serve::{LocalSocket, bind_socket};
 
 use crate::cluster::Cluster;
+use crate::config::ApiSettings;
 use crate::daemon::Daemon;
 
 /// Shared by every handler.
@@ -57,12 +61,23 @@ pub(crate) struct ApiState {
 /// The router alone: every route, behind the token check when `token` is set; `cluster`
 /// is this node's side of the shared configuration ([`Cluster::start`]).
 pub fn router(daemon: Arc<Daemon>, cluster: Arc<Cluster>, token: Option<String>) -> Router {
-    metrics::start_time();
-    let state = ApiState {
+    routes(state(daemon, cluster), token)
+}
+
+/// The state every handler shares.
+fn state(daemon: Arc<Daemon>, cluster: Arc<Cluster>) -> ApiState {
+    ApiState {
         daemon,
         cluster,
         pushes: Arc::default(),
-    };
+    }
+}
+
+/// Every route on `state`, behind the token check when `token` is set. The TCP listener and
+/// the Unix socket share one state (the last push to each peer, the rates of the last
+/// minutes) and differ only in the token.
+fn routes(state: ApiState, token: Option<String>) -> Router {
+    metrics::start_time();
     // The page's static files hold no data, and a browser cannot send a bearer token when it
     // loads a page: they are served without the token; the page sends it on its API calls.
     let page = Router::new()
@@ -130,7 +145,8 @@ async fn not_found(uri: Uri) -> ApiError {
 }
 
 /// Serves the API, the Live Stats page and /metrics until `stop` turns true. Refuses a
-/// non-loopback address without a token: the API changes the configuration.
+/// non-loopback address without a token, and without TLS unless `api.insecure_plaintext`:
+/// the API changes the configuration.
 pub async fn serve(
     daemon: Arc<Daemon>,
     listen: SocketAddr,
@@ -164,30 +180,119 @@ pub async fn serve_on(
     serve_with(daemon, cluster, listener, token, stop).await
 }
 
-/// [`serve_on`] with this node's side of the shared configuration started by the caller
-/// (`lb run`, which also publishes a SIGHUP reload through it); stops it at the end.
+/// [`serve_on`] with this node's side of the shared configuration started by the caller;
+/// stops it at the end. Makes `[api] socket` too, when configured.
 pub async fn serve_with(
     daemon: Arc<Daemon>,
     cluster: Arc<Cluster>,
     listener: TcpListener,
     token: Option<String>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let socket = match &daemon.config().api.socket {
+        Some(socket) => Some(bind_socket(socket)?),
+        None => None,
+    };
+    serve_all(daemon, cluster, listener, socket, token, stop).await
+}
+
+/// How `lb run` serves its API: makes `[api] socket` (so that a socket it cannot make stops
+/// the start, as a TCP listener it cannot bind does), then serves both in a task until
+/// `stop` turns true, stopping `cluster` at the end. A failure while serving is logged.
+pub fn spawn(
+    daemon: Arc<Daemon>,
+    cluster: Arc<Cluster>,
+    listener: TcpListener,
+    settings: ApiSettings,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let socket = match &settings.socket {
+        Some(socket) => Some(bind_socket(socket)?),
+        None => None,
+    };
+    Ok(tokio::spawn(async move {
+        let serving = serve_all(daemon, cluster, listener, socket, settings.token, stop);
+        if let Err(e) = serving.await {
+            warn!("the API stopped: {e:#}");
+        }
+    }))
+}
+
+/// Serves the TCP listener (plain or TLS, as the running configuration says) and the Unix
+/// socket if any, until `stop` turns true; then stops `cluster`.
+async fn serve_all(
+    daemon: Arc<Daemon>,
+    cluster: Arc<Cluster>,
+    listener: TcpListener,
+    mut socket: Option<LocalSocket>,
+    token: Option<String>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let served = serve_both(&daemon, &cluster, listener, socket.as_mut(), token, stop).await;
+    cluster.stop().await;
+    drop(socket);
+    served
+}
+
+async fn serve_both(
+    daemon: &Arc<Daemon>,
+    cluster: &Arc<Cluster>,
+    listener: TcpListener,
+    socket: Option<&mut LocalSocket>,
+    token: Option<String>,
+    stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let listen = listener
         .local_addr()
         .context("the API listener's address")?;
-    info!(%listen, auth = token.is_some(), "API, Live Stats and /metrics listening");
-    let app = router(daemon, cluster.clone(), token);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            while !*stop.borrow() {
-                if stop.changed().await.is_err() {
-                    break;
-                }
-            }
-        })
-        .await
-        .context("serving the API");
-    cluster.stop().await;
-    served
+    let config = daemon.config();
+    let api = &config.api;
+    if !listen.ip().is_loopback() && api.tls.is_none() {
+        if !api.insecure_plaintext {
+            bail!(
+                "refusing to serve the API in plain HTTP on non-loopback {listen}: set api.cert \
+                 and api.key, or api.insecure_plaintext = true"
+            );
+        }
+        warn!(
+            %listen,
+            "the API is served in plain HTTP off loopback (api.insecure_plaintext = true): its \
+             token and every pushed configuration can be read on the network; set api.cert and \
+             api.key"
+        );
+    }
+    let tls = Arc::new(tls::ServerTls::new(daemon.clone()).context("the API's TLS files")?);
+    info!(
+        %listen,
+        auth = token.is_some(),
+        tls = tls.is_on(),
+        client_certificates = api.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        "API, Live Stats and /metrics listening"
+    );
+    let state = state(daemon.clone(), cluster.clone());
+    let tcp = axum::serve(
+        serve::TcpApiListener::new(listener, tls),
+        routes(state.clone(), token),
+    )
+    .with_graceful_shutdown(stopped(stop.clone()));
+    let local = socket.and_then(|socket| {
+        info!(path = %socket.path().display(), "API listening on its Unix socket (no token asked)");
+        let listener = socket.take()?;
+        Some(axum::serve(listener, routes(state, None)).with_graceful_shutdown(stopped(stop)))
+    });
+    let (tcp, local) = match local {
+        Some(local) => tokio::join!(tcp.into_future(), local.into_future()),
+        None => (tcp.await, Ok(())),
+    };
+    tcp.context("serving the API")?;
+    local.context("serving the API's Unix socket")
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            break;
+        }
+    }
 }

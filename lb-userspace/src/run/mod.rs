@@ -103,16 +103,14 @@ async fn serve(
     let (api_stop, api_stop_rx) = watch::channel(false);
     // The shared configuration (etcd), followed once this process is the one serving.
     let cluster = Cluster::new(daemon.clone());
-    let api_task = {
-        let (daemon, cluster) = (daemon.clone(), cluster.clone());
-        tokio::spawn(async move {
-            let serving =
-                crate::api::serve_with(daemon, cluster, api_listener, api.token, api_stop_rx);
-            if let Err(e) = serving.await {
-                warn!("the API stopped: {e:#}");
-            }
-        })
-    };
+    // The API's Unix socket, if any, is made here (or the start fails) and served with it.
+    let api_task = crate::api::spawn(
+        daemon.clone(),
+        cluster.clone(),
+        api_listener,
+        api,
+        api_stop_rx,
+    )?;
     if let Some(taken) = taken {
         tokio::task::spawn_blocking(move || Taken::serving(taken))
             .await

@@ -6,6 +6,7 @@
 mod bgp;
 mod index;
 mod restart;
+mod tls;
 
 pub use bgp::{BgpSettings, MAIN_TABLE};
 pub use index::{ByName, FastMap, FastSet};
@@ -13,6 +14,7 @@ pub use restart::restart_only_changes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
+pub use tls::{TlsError, TlsPart};
 
 /// The whole configuration of one daemon.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,13 +110,24 @@ impl HeaderLimits {
     }
 }
 
-/// Where the REST API, the Live Stats page and /metrics listen.
+/// Where the REST API, the Live Stats page and /metrics listen, and how callers are told
+/// apart from strangers: the token, TLS (so that the token and the pushed configurations do
+/// not travel in clear) and a local Unix socket guarded by its file permissions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiSettings {
-    /// Listen address. Default 127.0.0.1:9180. Binding a non-loopback address requires a token.
+    /// Listen address. Default 127.0.0.1:9180. Binding a non-loopback address requires a
+    /// token, and TLS or `insecure_plaintext`.
     pub listen: SocketAddr,
-    /// Bearer token; required on every request when set (compared in constant time).
+    /// Bearer token; required on every request over TCP when set (compared in constant time).
     pub token: Option<String>,
+    /// TLS on the TCP listener (`cert`, `key`, `client_ca`); None serves plain HTTP. The
+    /// files are read again on every reload.
+    pub tls: Option<ApiTls>,
+    /// `insecure_plaintext`: the operator accepts plain HTTP on a non-loopback address (the
+    /// token then travels in clear); warned about at every start.
+    pub insecure_plaintext: bool,
+    /// A Unix socket served alongside the TCP listener, for local tools; read at start.
+    pub socket: Option<ApiSocket>,
 }
 
 impl Default for ApiSettings {
@@ -122,8 +135,39 @@ impl Default for ApiSettings {
         ApiSettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 9180)),
             token: None,
+            tls: None,
+            insecure_plaintext: false,
+            socket: None,
         }
     }
+}
+
+/// The API's TLS files (`[api] cert`, `key`, `client_ca`), all PEM; checked when the file is
+/// loaded so that a reload with a bad file is refused and the running certificate kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiTls {
+    /// Certificate chain, the API's own certificate first.
+    pub cert: PathBuf,
+    /// Private key of `cert`.
+    pub key: PathBuf,
+    /// Mutual TLS: only clients presenting a certificate signed by one of these CAs complete
+    /// the handshake. None: any client may connect (and needs the token).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The API's Unix socket (`[api] socket`, `socket_mode`). No token is asked on it: the
+/// file's permissions are its access control, as with HAProxy's stats socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiSocket {
+    /// Where the socket file is made (replaced atomically at each start).
+    pub path: PathBuf,
+    /// Permission bits of the socket file. Default 0o660.
+    pub mode: u32,
+}
+
+impl ApiSocket {
+    /// The mode when `socket_mode` is absent: owner and group may connect, others not.
+    pub const DEFAULT_MODE: u32 = 0o660;
 }
 
 /// Cluster synchronisation of configuration changes (S-CL).
@@ -139,6 +183,20 @@ pub struct ClusterSettings {
     /// This balancer's name in the cluster (`cluster.node_name`, default the host name):
     /// the key it registers under in etcd.
     pub node_name: String,
+    /// How this node proves itself to and verifies `https://` peers (`cluster.ca`, `cert`,
+    /// `key`), so that pushed configurations and tokens do not travel in clear.
+    pub peer_tls: ClientTls,
+}
+
+/// How a client of the API verifies an `https://` API and proves itself to it: towards
+/// peers (`cluster.ca`, `cert`, `key`; empty with `http://` peers only) and from the CLI
+/// (`--ca`, `--cert`, `--key`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// CA certificate (PEM) the API's certificate must chain to; None: the system's store.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key (PEM), for an API that asks for one (`api.client_ca`).
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// Where the shared configuration lives (`cluster.store`).
@@ -194,7 +252,7 @@ impl std::fmt::Debug for EtcdSettings {
 pub struct ClusterPeer {
     /// Unique name.
     pub name: String,
-    /// API base URL of the peer, `http://host:port`.
+    /// API base URL of the peer, `http://host:port` or `https://host:port`.
     pub url: String,
     /// Token the peer's API requires (default: this node's own API token).
     pub token: Option<String>,

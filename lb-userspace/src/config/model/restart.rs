@@ -45,6 +45,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
             n.api.listen.to_string(),
         ),
         (SECRET, dbg(&r.api.token), dbg(&n.api.token)),
+        ("api.socket", dbg(&r.api.socket), dbg(&n.api.socket)),
         (
             "proxy.workers",
             workers(r.proxy.workers),

@@ -209,6 +209,12 @@ pub(in crate::config) enum RawForwarding {
 pub(in crate::config) struct RawApi {
     pub listen: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
+    pub client_ca: Option<Spanned<String>>,
+    pub insecure_plaintext: Option<Spanned<bool>>,
+    pub socket: Option<Spanned<String>>,
+    pub socket_mode: Option<Spanned<String>>,
 }
 
 /// `[bgp]`: route announcement through BIRD (S-AN).
@@ -238,6 +244,9 @@ pub(in crate::config) struct RawCluster {
     pub etcd: Option<Spanned<RawEtcd>>,
     pub manual_sync: Option<Spanned<bool>>,
     pub peer: Option<Spanned<Vec<Spanned<RawPeer>>>>,
+    pub ca: Option<Spanned<String>>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
 }
 
 /// `[cluster.etcd]`.

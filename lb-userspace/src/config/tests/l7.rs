@@ -59,6 +59,7 @@ fn full_text(dir: &Path) -> String {
 [api]
 listen = "0.0.0.0:9190"
 token = "0123456789abcdef"
+insecure_plaintext = true
 
 [cluster]
 manual_sync = true
@@ -141,6 +142,9 @@ fn full_l7_config_round_trips_into_the_model() {
         ApiSettings {
             listen: "0.0.0.0:9190".parse::<SocketAddr>().unwrap(),
             token: Some("0123456789abcdef".into()),
+            tls: None,
+            insecure_plaintext: true,
+            socket: None,
         }
     );
     assert_eq!(
@@ -162,6 +166,7 @@ fn full_l7_config_round_trips_into_the_model() {
             ],
             store: ClusterStore::Peers,
             node_name: config.cluster.as_ref().unwrap().node_name.clone(),
+            peer_tls: ClientTls::default(),
         })
     );
     let site = VService {
