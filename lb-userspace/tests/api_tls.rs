@@ -511,3 +511,156 @@ async fn a_reload_serves_the_new_certificate_and_refuses_a_bad_one() {
     assert!(node.path.exists());
     node.shutdown().await;
 }
+
+/// Pushes to an `https://` peer whose API asks for a client certificate: they reach it with
+/// `[cluster] ca`, `cert` and `key`, and fail without the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_are_pushed_to_an_https_peer_with_a_client_certificate() {
+    let pki = Pki::new("peers");
+    pki.ca("ca");
+    let peer_api = format!(
+        "{}client_ca = \"{}\"\n",
+        tls_lines(&pki, "ca"),
+        pki.path("ca.pem")
+    );
+    let peer_dir = Pki::new("peer-b");
+    std::fs::copy(pki.file("ca.pem"), peer_dir.file("ca.pem")).unwrap();
+    let peer = Node::start(&peer_dir, &peer_api).await;
+    let cluster = |identity: bool| {
+        let mut text = format!(
+            "[cluster]\nmanual_sync = true\nca = \"{}\"\n",
+            pki.path("ca.pem")
+        );
+        if identity {
+            text += &format!(
+                "cert = \"{}\"\nkey = \"{}\"\n",
+                pki.path("ca-client.pem"),
+                pki.path("ca-client.key")
+            );
+        }
+        text + &format!(
+            "[[cluster.peer]]\nname = \"b\"\nurl = \"https://127.0.0.1:{}\"\n",
+            peer.port
+        )
+    };
+    // The pushing node's own API stays on loopback without TLS: [cluster] follows [api] in
+    // the file, so it is appended after the [reflection] table.
+    for (identity, expected) in [(true, 200), (false, 502)] {
+        let dir = Pki::new(if identity { "push-a" } else { "push-a-bare" });
+        let node = Node::start(&dir, "").await;
+        let text = std::fs::read_to_string(&node.path).unwrap() + &cluster(identity);
+        std::fs::write(&node.path, text).unwrap();
+        let local = ApiClient::new(
+            &format!("http://127.0.0.1:{}", node.port),
+            Some(TOKEN.into()),
+            Duration::from_secs(20),
+        );
+        let answer = local
+            .call(Method::POST, "/api/v1/reload", None)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let answer = local
+            .call(Method::POST, "/api/v1/cluster/sync", None)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, expected, "{}", answer.body);
+        node.shutdown().await;
+    }
+    peer.shutdown().await;
+}
+
+/// `lb run` with a socket and TLS, then `lb run --upgrade`: the new process makes its own
+/// socket over the path and serves it (the old one, exiting, leaves it), over TLS too; at
+/// its end the socket is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lb_run_upgrade_keeps_the_socket_and_tls_serving() {
+    let pki = Pki::new("upgrade");
+    pki.ca("ca");
+    let (port, socket) = (free_port(), pki.file("api.sock"));
+    let config = pki.file("lb.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"{TOKEN}\"\n{}socket = \"{}\"\n",
+            tls_lines(&pki, "ca"),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let log = pki.file("lb.log");
+    let run = |upgrade: bool| {
+        let log = std::fs::File::create(if upgrade {
+            log.with_extension("new.log")
+        } else {
+            log.clone()
+        })
+        .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lb"));
+        cmd.arg("run").arg("--config").arg(&config);
+        if upgrade {
+            cmd.args(["--upgrade", "--drain-timeout", "2"]);
+        }
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("lb run starts")
+    };
+    let local = ApiClient::new(
+        &format!("unix:{}", socket.display()),
+        None,
+        Duration::from_secs(5),
+    );
+    let https = ApiClient::with_tls(
+        &format!("https://127.0.0.1:{port}"),
+        Some(TOKEN.into()),
+        Duration::from_secs(5),
+        &pki.client_tls("ca", None),
+    );
+    let answers = || async {
+        let a = status(&local).await.ok()?;
+        let b = status(&https).await.ok()?;
+        Some((a, b))
+    };
+    let wait = |what: &'static str| async move {
+        for _ in 0..200 {
+            if let Some(both) = answers().await {
+                return both;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{what}: the socket and the TLS listener do not answer");
+    };
+    let mut old = run(false);
+    let (first, _) = wait("lb run").await;
+    assert_eq!(first.status, 200);
+    let mut new = run(true);
+    // The old process exits once the new one serves.
+    let exited = tokio::task::block_in_place(|| {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = old.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    });
+    assert!(
+        exited,
+        "the old lb run did not exit: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // Only the new process is left to answer.
+    let (second, _) = wait("lb run --upgrade").await;
+    assert_eq!(second.status, 200);
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o660);
+    // SAFETY: signalling a child this test spawned.
+    unsafe {
+        libc::kill(new.id() as i32, libc::SIGTERM);
+    }
+    let _ = tokio::task::block_in_place(|| new.wait());
+    assert!(!socket.exists(), "the socket is removed at the end");
+}
