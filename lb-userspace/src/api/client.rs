@@ -141,11 +141,14 @@ impl ApiClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Answer, ClientError> {
-        let url = format!("{}{}", self.base, path);
         let target = self
             .target
             .as_ref()
             .map_err(|b| ClientError::Url(b.clone()))?;
+        let url = match target {
+            Target::Tcp { .. } => format!("{}{}", self.base, path),
+            Target::Unix(_) => format!("{path} on {}", self.base),
+        };
         let connector = match &self.tls {
             Some(Ok(connector)) => Some(connector.clone()),
             Some(Err(e)) => return Err(ClientError::Tls(e.clone())),

@@ -153,6 +153,16 @@ fn api_tls(raw: &RawApi, issues: &mut Issues) -> Option<ApiTls> {
 /// `api.socket` (an absolute path short enough for a Unix socket address) and
 /// `api.socket_mode` (octal permission bits, only with a socket).
 fn api_socket(raw: &RawApi, issues: &mut Issues) -> Option<ApiSocket> {
+    let Some(path) = &raw.socket else {
+        if let Some(text) = &raw.socket_mode {
+            issues.error(
+                &text.span(),
+                "api.socket_mode",
+                "is the mode of `api.socket`, which is not set: set it, or remove socket_mode",
+            );
+        }
+        return None;
+    };
     let mode = match &raw.socket_mode {
         Some(text) => {
             let value = text.get_ref().trim();
@@ -164,7 +174,8 @@ fn api_socket(raw: &RawApi, issues: &mut Issues) -> Option<ApiSocket> {
                         &text.span(),
                         "api.socket_mode",
                         format!(
-                            "`{value}` is not a file mode: write octal permission bits, e.g. \"0660\" (owner and group) or \"0600\" (owner only)"
+                            "`{value}` is not a file mode: write octal permission bits, e.g. \"0660\" \
+                             (owner and group) or \"0600\" (owner only)"
                         ),
                     );
                     ApiSocket::DEFAULT_MODE
@@ -172,16 +183,6 @@ fn api_socket(raw: &RawApi, issues: &mut Issues) -> Option<ApiSocket> {
             }
         }
         None => ApiSocket::DEFAULT_MODE,
-    };
-    let Some(path) = &raw.socket else {
-        if let Some(text) = &raw.socket_mode {
-            issues.error(
-                &text.span(),
-                "api.socket_mode",
-                "is the mode of `api.socket`, which is not set: set it, or remove socket_mode",
-            );
-        }
-        return None;
     };
     let value = path.get_ref();
     let problem = if !value.starts_with('/') {
