@@ -101,7 +101,8 @@ fn etcd_of(c: &Config) -> Option<&super::EtcdSettings> {
 /// Said to have changed, never shown.
 const SECRET: &str = "api.token";
 
-/// No SPEC rule covers reloads of start-only settings; these check what a reload reports.
+/// No rule of docs/behaviour.md covers reloads of start-only settings; these check what a
+/// reload reports.
 #[cfg(test)]
 mod tests {
     use super::*;
