@@ -76,7 +76,7 @@ mod tests {
 
     use super::*;
 
-    /// Bad input (issue 7): a flood from one source is bounded; others are not affected,
+    /// Bad input: a flood from one source is bounded; others are not affected,
     /// and the bucket refills with time.
     #[test]
     fn s_gs_flood_from_one_source_is_bounded() {

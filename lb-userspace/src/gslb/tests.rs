@@ -137,7 +137,7 @@ fn s_gs4_unknown_status_only_in_plain_round_robin() {
     }
 }
 
-/// Issue 19: with the default `unreachable = "skip"`, an active site whose daemon does not
+/// S-GS1: with the default `unreachable = "skip"`, an active site whose daemon does not
 /// answer (No Connection) hands over to its standby; it is answered only when no site of
 /// the name is known to serve. `"serve"` keeps answering it.
 #[test]
