@@ -60,8 +60,13 @@ impl Out {
     }
 }
 
-/// Renders every family from one snapshot; `dns` holds the DNS vServices' counters.
-pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String {
+/// Renders every family from one snapshot; `dns` holds the DNS vServices' counters and
+/// `sites` their site services.
+pub(crate) fn render(
+    st: &ApiState,
+    dns: &[crate::gslb::DnsCounters],
+    sites: &[crate::gslb::SiteStatus],
+) -> String {
     let snap = Snapshot::take(&st.daemon);
     let cfg = &snap.cfg;
     let mut o = Out(String::new());
@@ -419,10 +424,21 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
             }
         }
     }
+    dns_families(&mut o, dns, sites);
+    o.0
+}
+
+/// The DNS vServices' families: messages received, answers by response code, messages left
+/// unanswered by reason, and answers per site, so that every query is accounted for (the
+/// answers and the unanswered add up to the queries).
+fn dns_families(o: &mut Out, dns: &[crate::gslb::DnsCounters], sites: &[crate::gslb::SiteStatus]) {
+    if dns.is_empty() {
+        return;
+    }
     let per_dns: [(&str, &str, DnsCountOf); 6] = [
         (
             "lb_dns_queries_total",
-            "Queries a DNS vService received.",
+            "Messages a DNS vService received over UDP and TCP, malformed ones included.",
             |c| c.queries,
         ),
         (
@@ -438,7 +454,7 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
         ("lb_dns_nxdomain_total", "NXDOMAIN answers.", |c| c.nxdomain),
         (
             "lb_dns_formerr_total",
-            "FORMERR answers (malformed queries).",
+            "FORMERR answers (malformed queries, or not exactly one question).",
             |c| c.formerr,
         ),
         (
@@ -447,15 +463,75 @@ pub(crate) fn render(st: &ApiState, dns: &[crate::gslb::DnsCounters]) -> String 
             |c| c.rate_limited,
         ),
     ];
-    if !dns.is_empty() {
-        for (family, help, read) in per_dns {
-            o.family(family, "counter", help);
-            for c in dns {
-                o.sample(family, &[("dns_vservice", &c.dns_vservice)], read(c));
-            }
+    for (family, help, read) in per_dns {
+        o.family(family, "counter", help);
+        for c in dns {
+            o.sample(family, &[("dns_vservice", &c.dns_vservice)], read(c));
         }
     }
-    o.0
+    let by_rcode: [(&str, DnsCountOf); 6] = [
+        ("NOERROR", |c| c.answered + c.no_data),
+        ("NXDOMAIN", |c| c.nxdomain),
+        ("REFUSED", |c| c.refused),
+        ("FORMERR", |c| c.formerr),
+        ("NOTIMP", |c| c.notimp),
+        ("SERVFAIL", |c| c.servfail),
+    ];
+    o.family(
+        "lb_dns_responses_total",
+        "counter",
+        "Answers a DNS vService sent, by response code.",
+    );
+    for c in dns {
+        for (rcode, read) in by_rcode {
+            let labels = [("dns_vservice", c.dns_vservice.as_str()), ("rcode", rcode)];
+            o.sample("lb_dns_responses_total", &labels, read(c));
+        }
+    }
+    let unanswered: [(&str, DnsCountOf); 4] = [
+        ("rate_limited", |c| c.rate_limited),
+        ("too_short", |c| c.too_short),
+        ("ignored", |c| c.ignored),
+        ("send_failed", |c| c.send_failed),
+    ];
+    o.family(
+        "lb_dns_unanswered_total",
+        "counter",
+        "Messages a DNS vService did not answer, by reason: over the rate limit, shorter than \
+         a DNS header, a response or from a source no answer can reach (ignored), or the \
+         answer could not be sent.",
+    );
+    for c in dns {
+        for (reason, read) in unanswered {
+            let labels = [
+                ("dns_vservice", c.dns_vservice.as_str()),
+                ("reason", reason),
+            ];
+            o.sample("lb_dns_unanswered_total", &labels, read(c));
+        }
+    }
+    o.family(
+        "lb_dns_malformed_total",
+        "counter",
+        "Messages that did not decode past their header (answered FORMERR).",
+    );
+    for c in dns {
+        let labels = [("dns_vservice", c.dns_vservice.as_str())];
+        o.sample("lb_dns_malformed_total", &labels, c.malformed);
+    }
+    o.family(
+        "lb_dns_site_answers_total",
+        "counter",
+        "Answers that named a site, per DNS vService, name and site.",
+    );
+    for s in sites {
+        let labels = [
+            ("dns_vservice", s.key.dns_vservice.as_str()),
+            ("name", s.key.record.as_str()),
+            ("site", s.key.site.as_str()),
+        ];
+        o.sample("lb_dns_site_answers_total", &labels, s.answers);
+    }
 }
 
 /// This node: when it started, whether its data path and proxy run, and how its last
@@ -610,17 +686,17 @@ type BackendCountOf = fn(&BackendStats) -> u64;
 
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(st): State<ApiState>) -> impl IntoResponse {
-    let dns = st
+    let (dns, sites) = st
         .daemon
         .gslb_status()
         .await
-        .map(|g| g.counters)
+        .map(|g| (g.counters, g.sites))
         .unwrap_or_default();
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&st, &dns),
+        render(&st, &dns, &sites),
     )
 }

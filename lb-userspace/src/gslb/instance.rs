@@ -1,4 +1,4 @@
-//! One running DNS vService: its UDP and TCP listeners (hickory-server), its pollers, and
+//! One running DNS vService: its UDP and TCP listeners ([`super::serve`]), its pollers, and
 //! how a reload changes it in place.
 
 use std::collections::{BTreeMap, HashMap};
@@ -9,22 +9,22 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use hickory_server::Server;
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::DnsVService;
 
 use super::poll::{self, HttpClient};
 use super::rate::RateLimiter;
+use super::serve;
 use super::server::{Counters, Handler, Shared, Zone};
 use super::status::{Board, Observation, SiteKey, SiteState};
 
 /// Idle time after which a DNS-over-TCP connection is closed.
 const TCP_IDLE: Duration = Duration::from_secs(5);
-/// Answers buffered per TCP connection.
-const TCP_BUFFER: usize = 16;
-/// How long a graceful stop may take before the listeners are dropped.
+/// How long a stop may take (answering what was read, closing TCP connections) before the
+/// serving tasks are cut.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Sockets handed over by the `lb run` this one replaces, by address: DNS vServices
@@ -51,7 +51,10 @@ pub struct Instance {
     pub listen: SocketAddr,
     /// State shared with the handler.
     pub shared: Arc<Shared>,
-    server: Server<Handler>,
+    /// Turned true to stop serving.
+    stop: watch::Sender<bool>,
+    /// The UDP and TCP serving tasks.
+    serving: Vec<JoinHandle<()>>,
     pollers: Vec<JoinHandle<()>>,
     /// Copies of its UDP and TCP sockets, for an `lb run` that takes over.
     copies: (OwnedFd, OwnedFd),
@@ -90,16 +93,20 @@ impl Instance {
         });
         shared.board.retain(wanted(&cfg), |_| false);
         let pollers = start_pollers(&shared, &cfg).await;
-        let mut server = Server::new(Handler {
+        let handler = Arc::new(Handler {
             shared: shared.clone(),
         });
-        server.register_socket(udp);
-        server.register_listener(tcp, TCP_IDLE, TCP_BUFFER);
+        let (stop, stopping) = watch::channel(false);
+        let serving = vec![
+            tokio::spawn(serve::udp(udp, handler.clone(), stopping.clone())),
+            tokio::spawn(serve::tcp(tcp, handler, TCP_IDLE, stopping)),
+        ];
         tracing::info!(dns_vservice = %cfg.name, %listen, zone = %cfg.zone, "dns vservice listening");
         Ok(Instance {
             listen,
             shared,
-            server,
+            stop,
+            serving,
             pollers,
             copies,
         })
@@ -128,16 +135,20 @@ impl Instance {
         self.pollers = start_pollers(&self.shared, &cfg).await;
     }
 
-    /// Stops polling and serving.
+    /// Stops polling and serving, draining first: no message more is read (at an upgrade
+    /// the successor shares the sockets and reads the next ones), every message already read
+    /// is answered, open TCP connections close between messages. Bounded by [`STOP_GRACE`].
     pub async fn stop(mut self) {
         for poller in self.pollers.drain(..) {
             poller.abort();
         }
-        if tokio::time::timeout(STOP_GRACE, self.server.shutdown_gracefully())
-            .await
-            .is_err()
-        {
-            tracing::warn!(listen = %self.listen, "dns vservice did not stop in time; dropped");
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        for mut task in self.serving.drain(..) {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                tracing::warn!(listen = %self.listen, "dns vservice did not stop in time; cut");
+                task.abort();
+            }
         }
     }
 }

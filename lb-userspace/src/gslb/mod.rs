@@ -2,7 +2,9 @@
 //! addresses of the sites whose service is up, standbys only while no active site can
 //! serve, decided at query time from statuses polled from each site daemon's API.
 //!
-//! - `server`: the hickory-server handler (zone, NXDOMAIN/REFUSED/FORMERR, rate limit).
+//! - `server`: the answer to each message (zone, NXDOMAIN/REFUSED/FORMERR, rate limit) and
+//!   the counters, by answer code or by why there was none.
+//! - `serve`: the UDP and TCP sockets, and their drain at a stop (an upgrade loses no query).
 //! - `policy`: the pure answer choice (S-GS1..3; round robin, weighted, least loaded).
 //! - `poll`: reading a site's `GET /api/v1/stats/live` into a status (S-GS4).
 //! - `status`: statuses and their transition log.
@@ -15,6 +17,7 @@ mod names;
 pub mod policy;
 pub mod poll;
 mod rate;
+mod serve;
 mod server;
 pub mod status;
 
@@ -35,14 +38,18 @@ pub use names::{NameNow, policy_name};
 pub use rate::RateLimiter;
 pub use status::{SiteKey, SiteState, SiteStatus, SiteTransition};
 
-/// Query counters of one DNS vService (a snapshot), for the API and metrics.
+/// Query counters of one DNS vService (a snapshot), for the API and metrics. Every message
+/// received counts in `queries` and in exactly one of `answered`, `no_data`, `nxdomain`,
+/// `refused`, `formerr`, `notimp`, `servfail` (answers sent, by code), `rate_limited`,
+/// `too_short`, `ignored` and `send_failed` (no answer, by why), so operators can tell
+/// what every query got.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DnsCounters {
     /// DNS vService name.
     pub dns_vservice: String,
-    /// Queries that reached the handler (rate-limited ones included).
+    /// Messages received over UDP and TCP, whatever they hold.
     pub queries: u64,
-    /// Answers with at least one address.
+    /// Answers with at least one address (NOERROR).
     pub answered: u64,
     /// Answers naming a standby site.
     pub standby_answers: u64,
@@ -52,13 +59,23 @@ pub struct DnsCounters {
     pub nxdomain: u64,
     /// REFUSED answers.
     pub refused: u64,
-    /// FORMERR answers given by the handler (hickory-server answers undecodable messages
-    /// with FORMERR itself, before they are counted here).
+    /// FORMERR answers: to messages that do not decode (`malformed`) and to queries with
+    /// other than one question.
     pub formerr: u64,
     /// NOTIMP answers.
     pub notimp: u64,
+    /// SERVFAIL answers (an answer that could not be encoded).
+    pub servfail: u64,
     /// Queries dropped by the per-source rate limit.
     pub rate_limited: u64,
+    /// Messages shorter than a DNS header, not answered (no id to answer).
+    pub too_short: u64,
+    /// Messages not answered on purpose: responses, and sources no answer can reach.
+    pub ignored: u64,
+    /// Answers the socket did not take.
+    pub send_failed: u64,
+    /// Messages that do not decode past their header (answered FORMERR, also in `formerr`).
+    pub malformed: u64,
 }
 
 /// Runs every DNS vService of a configuration; [`Gslb::update`] applies a reload.
@@ -254,7 +271,12 @@ impl GslbReader {
                     refused: get(&c.refused),
                     formerr: get(&c.formerr),
                     notimp: get(&c.notimp),
+                    servfail: get(&c.servfail),
                     rate_limited: get(&c.rate_limited),
+                    too_short: get(&c.too_short),
+                    ignored: get(&c.ignored),
+                    send_failed: get(&c.send_failed),
+                    malformed: get(&c.malformed),
                 }
             })
             .collect()

@@ -50,6 +50,20 @@ pub fn can_serve(policy: DnsPolicy, view: View) -> bool {
 /// `views[i]` belongs to `record.sites[i]`; `turn` counts the queries of this name and
 /// rotates round robin, weighted slots and least-loaded ties.
 pub fn choose(record: &DnsRecord, views: &[View], family: Family, turn: u64) -> Vec<IpAddr> {
+    choose_sites(record, views, family, turn)
+        .into_iter()
+        .map(|(_, address)| address)
+        .collect()
+}
+
+/// [`choose`] with the site of each address (its index in `record.sites`), so that answers
+/// can be counted per site and standby answers told apart by site rather than by address.
+pub fn choose_sites(
+    record: &DnsRecord,
+    views: &[View],
+    family: Family,
+    turn: u64,
+) -> Vec<(usize, IpAddr)> {
     let usable = |standby: bool, unreachable: bool| -> Vec<(usize, IpAddr)> {
         record
             .sites
@@ -85,7 +99,7 @@ pub fn choose(record: &DnsRecord, views: &[View], family: Family, turn: u64) -> 
         DnsPolicy::LeastLoaded => least_loaded(views, tier, turn),
     };
     let limit = usize::try_from(record.answers).unwrap_or(usize::MAX);
-    ordered.into_iter().take(limit).map(|(_, a)| a).collect()
+    ordered.into_iter().take(limit).collect()
 }
 
 /// The list rotated left by `turn` places.

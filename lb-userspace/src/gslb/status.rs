@@ -90,6 +90,9 @@ pub struct SiteStatus {
     pub since_unix_ms: u64,
     /// When the site was last polled (Unix ms); 0 before the first poll.
     pub checked_unix_ms: u64,
+    /// Answers that named this site since the DNS vService started (kept across reloads
+    /// that keep the site), for `lb_dns_site_answers_total`.
+    pub answers: u64,
 }
 
 /// One status change of a site service.
@@ -169,7 +172,11 @@ impl Board {
         let mut next = HashMap::new();
         let now = unix_ms();
         for (key, vservice, standby) in wanted {
-            let kept = inner.entries.remove(&key).filter(|_| same_target(&key));
+            let previous = inner.entries.remove(&key);
+            // The answers already given stay counted even when the site's poll target
+            // changed: a counter only grows while its site exists.
+            let answers = previous.as_ref().map_or(0, |e| e.status.answers);
+            let kept = previous.filter(|_| same_target(&key));
             let entry = match kept {
                 Some(mut entry) => {
                     entry.status.standby = standby;
@@ -185,6 +192,7 @@ impl Board {
                         sessions: None,
                         since_unix_ms: now,
                         checked_unix_ms: 0,
+                        answers,
                     },
                     checked: None,
                 },
@@ -229,6 +237,27 @@ impl Board {
             inner.transitions.pop_front();
         }
         inner.transitions.push_back(transition);
+    }
+
+    /// Counts one answer naming each of `sites` (names within record `record` of DNS
+    /// vService `dns_vservice`); sites not on the board (a reload meanwhile) are skipped.
+    pub fn count_answers<'a>(
+        &self,
+        dns_vservice: &str,
+        record: &str,
+        sites: impl Iterator<Item = &'a str>,
+    ) {
+        let mut inner = self.lock();
+        for site in sites {
+            let key = SiteKey {
+                dns_vservice: dns_vservice.to_owned(),
+                record: record.to_owned(),
+                site: site.to_owned(),
+            };
+            if let Some(entry) = inner.entries.get_mut(&key) {
+                entry.status.answers += 1;
+            }
+        }
     }
 
     /// The latest status of one site service, if it is on the board.

@@ -287,3 +287,114 @@ fn s_gs4_statuses_from_live_stats() {
     assert_eq!(seen.state, SiteState::NoMetrics);
     assert!(seen.reason.contains("does not report vservice `absent`"));
 }
+
+/// A DNS vService `g` for zone gslb.test with one name `www` and one site `a`, answering
+/// without sockets.
+fn handler() -> super::server::Handler {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwap;
+
+    use super::rate::RateLimiter;
+    use super::server::{Counters, Handler, Shared, Zone};
+    use super::status::{Board, SiteKey};
+
+    let text = "[api]\nlisten = \"127.0.0.1:1\"\n\
+        [[dns_vservice]]\nname = \"g\"\naddress = \"127.0.0.1\"\nport = 5353\n\
+        zone = \"gslb.test\"\nrate_limit = 0\n\
+        [[dns_vservice.record]]\nname = \"www\"\n\
+        [[dns_vservice.record.site]]\nname = \"a\"\naddress = \"192.0.2.1\"\n\
+        api = \"http://127.0.0.1:1\"\nvservice = \"web\"\n";
+    let cfg = crate::config::parse(text, "g.toml").expect("config");
+    let dns = cfg.dns_vservices[0].clone();
+    let board = Board::default();
+    let key = SiteKey {
+        dns_vservice: "g".into(),
+        record: "www.gslb.test.".into(),
+        site: "a".into(),
+    };
+    board.retain(vec![(key, "web".into(), false)], |_| false);
+    Handler {
+        shared: Arc::new(Shared {
+            zone: ArcSwap::from_pointee(Zone::new(dns)),
+            board,
+            limiter: ArcSwap::from_pointee(RateLimiter::new(0)),
+            counters: Counters::default(),
+        }),
+    }
+}
+
+/// Bad input counted: every message counts once in `queries` and once in exactly one answer
+/// code (when sent) or reason for no answer; an undecodable one is answered FORMERR with its
+/// id; answers are counted per site.
+#[test]
+fn s_gs_every_message_counted_once_by_answer_code_or_reason() {
+    use std::sync::atomic::Ordering;
+
+    use super::server::{Code, Reply, Transport};
+
+    let handler = handler();
+    let src: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    // A query for www.gslb.test A, id 0x1234.
+    let mut query = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["www", "gslb", "test"] {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let mut undecodable = query[..12].to_vec();
+    undecodable[5] = 1;
+    undecodable.extend_from_slice(&[40, b'x']);
+    let mut response = query.clone();
+    response[2] |= 0x80;
+    let cases: [(&[u8], std::net::SocketAddr, Option<Code>); 5] = [
+        (&query, src, Some(Code::Answered)),
+        (&undecodable, src, Some(Code::FormErr)),
+        (&query[..11], src, None),
+        (&response, src, None),
+        (&query, "0.0.0.0:53".parse().unwrap(), None),
+    ];
+    for (bytes, from, expected) in cases {
+        let reply = handler.reply(bytes, from, Transport::Udp);
+        let code = match reply {
+            Reply::Send {
+                bytes: answer,
+                code,
+            } => {
+                assert_eq!(
+                    answer[..2],
+                    [0x12, 0x34],
+                    "the answer carries the query's id"
+                );
+                assert_eq!(answer[2] & 0x80, 0x80, "a response");
+                handler.shared.counters.sent(code);
+                Some(code)
+            }
+            Reply::Nothing => None,
+        };
+        assert_eq!(code, expected, "{bytes:?} from {from}");
+    }
+    let c = &handler.shared.counters;
+    let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    let counted = [
+        ("queries", get(&c.queries)),
+        ("answered", get(&c.answered)),
+        ("formerr", get(&c.formerr)),
+        ("malformed", get(&c.malformed)),
+        ("too_short", get(&c.too_short)),
+        ("ignored", get(&c.ignored)),
+        ("rate_limited", get(&c.rate_limited)),
+    ];
+    let expected = [
+        ("queries", 5),
+        ("answered", 1),
+        ("formerr", 1),
+        ("malformed", 1),
+        ("too_short", 1),
+        ("ignored", 2),
+        ("rate_limited", 0),
+    ];
+    assert_eq!(counted, expected);
+    let site = handler.shared.board.statuses();
+    assert_eq!(site[0].answers, 1, "{site:?}");
+}
