@@ -601,11 +601,13 @@ async fn lb_run_upgrade_keeps_the_socket_and_tls_serving() {
         if upgrade {
             cmd.args(["--upgrade", "--drain-timeout", "2"]);
         }
-        cmd.stdin(std::process::Stdio::null())
+        let child = cmd
+            .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("lb run starts")
+            .expect("lb run starts");
+        Daemon(child)
     };
     let local = ApiClient::new(
         &format!("unix:{}", socket.display()),
@@ -640,7 +642,7 @@ async fn lb_run_upgrade_keeps_the_socket_and_tls_serving() {
     let exited = tokio::task::block_in_place(|| {
         let started = std::time::Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
-            if let Ok(Some(_)) = old.try_wait() {
+            if let Ok(Some(_)) = old.0.try_wait() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -657,10 +659,39 @@ async fn lb_run_upgrade_keeps_the_socket_and_tls_serving() {
     assert_eq!(second.status, 200);
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o660);
-    // SAFETY: signalling a child this test spawned.
-    unsafe {
-        libc::kill(new.id() as i32, libc::SIGTERM);
-    }
-    let _ = tokio::task::block_in_place(|| new.wait());
+    tokio::task::block_in_place(|| new.stop());
+    drop(old);
     assert!(!socket.exists(), "the socket is removed at the end");
+}
+
+/// An `lb run` this test started: stopped (SIGTERM, then killed) and reaped when dropped,
+/// also when an assertion fails first.
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    /// SIGTERM, and the exit waited for (at most 15 s, then killed).
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        // SAFETY: signalling a child this test spawned and has not reaped.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(15) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
