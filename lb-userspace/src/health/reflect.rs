@@ -1,18 +1,20 @@
 //! Reflecting health decisions into traffic (S-RF): what a kind of traffic sees is the
 //! engine's decisions, taken over on periodic ticks.
 //!
-//! The SPEC gives each kind of traffic a bound ("within at most 2.5 s" for HTTP and L7 TCP,
+//! The rules give each kind of traffic a bound ("within at most 2.5 s" for HTTP and L7 TCP,
 //! "about 9 s" for a Network removal and "5 s" for a re-add). A tick of that period applies
 //! every decision made since the previous tick, so each decision reaches traffic after a
 //! delay between 0 and the period, never more: the end-to-end figures of S-RF3 (decision
-//! time plus this delay) follow. A period of 0 applies decisions at once.
+//! time plus this delay) follow. The ticks fall on the wall clock's multiples of the period
+//! (every 9 s since the Unix epoch for a removal), so balancers with synchronised clocks
+//! apply a decision in the same instant. A period of 0 applies decisions at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio::time::Instant;
 
 use super::engine::{HealthEngine, HealthSnapshot};
 use super::state::HealthState;
@@ -111,21 +113,75 @@ impl View {
     }
 }
 
-/// A tick of `period`, or none when the period is 0 (then decisions apply at once).
-fn ticker(period: Duration) -> Option<tokio::time::Interval> {
-    if period.is_zero() {
-        return None;
-    }
-    let mut t = interval_at(Instant::now() + period, period);
-    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    Some(t)
+/// A tick of `period` on the boundaries of the wall clock (multiples of the period since
+/// the Unix epoch), so that balancers whose clocks are synchronised take the same decision
+/// over in the same instant, whenever each was started: their Maglev tables then differ
+/// for no longer than their clocks do. Each decision still waits at most one period.
+///
+/// The wall time is read through the tokio clock, anchored to `SystemTime` and anchored
+/// again at every tick whose wall and tokio clocks advanced together (within
+/// [`REANCHOR_SLACK`]): the slow drift between them is corrected, a step of the wall clock
+/// (NTP) is taken over one tick later, and a paused test clock, which advances while the
+/// wall clock does not, keeps its first anchor.
+struct WallTicker {
+    period: Duration,
+    anchor: (Instant, SystemTime),
+    next: Instant,
 }
 
-async fn tick(t: &mut Option<tokio::time::Interval>) {
-    match t {
-        Some(t) => {
-            t.tick().await;
+/// How far the wall clock and the tokio clock may disagree over one tick and still count as
+/// having advanced together.
+const REANCHOR_SLACK: Duration = Duration::from_millis(500);
+
+impl WallTicker {
+    /// `None` when the period is 0 (then decisions apply at once).
+    fn new(period: Duration) -> Option<WallTicker> {
+        if period.is_zero() {
+            return None;
         }
+        let anchor = (Instant::now(), SystemTime::now());
+        let next = boundary_after(anchor, anchor.0, period);
+        Some(WallTicker {
+            period,
+            anchor,
+            next,
+        })
+    }
+
+    /// Waits for the next boundary.
+    async fn tick(&mut self) {
+        tokio::time::sleep_until(self.next).await;
+        let now = (Instant::now(), SystemTime::now());
+        let tokio_went = now.0.saturating_duration_since(self.anchor.0);
+        let wall_went = now.1.duration_since(self.anchor.1).unwrap_or_default();
+        if tokio_went.abs_diff(wall_went) <= REANCHOR_SLACK {
+            self.anchor = now;
+        } else {
+            // This tick's wall time is the anchor's projection: see the type's doc.
+            self.anchor = (now.0, self.anchor.1 + tokio_went);
+        }
+        // The boundary after this one: a re-anchoring that moved the wall time back by a
+        // moment must not make the boundary just reached come again.
+        self.next = boundary_after(self.anchor, now.0 + self.period / 10, self.period);
+    }
+}
+
+/// The first wall-clock multiple of `period` after the tokio instant `after`, as a tokio
+/// instant, with `anchor` pairing a tokio instant and its wall time.
+fn boundary_after(anchor: (Instant, SystemTime), after: Instant, period: Duration) -> Instant {
+    let wall = anchor.1 + after.saturating_duration_since(anchor.0);
+    let since_epoch = wall
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let period_ns = period.as_nanos().max(1);
+    let wait = period_ns - since_epoch % period_ns;
+    after + Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+}
+
+async fn tick(t: &mut Option<WallTicker>) {
+    match t {
+        Some(t) => t.tick().await,
         None => std::future::pending().await,
     }
 }
@@ -155,8 +211,8 @@ pub async fn reflect(
     mut on_change: impl FnMut(&View),
 ) {
     let mut changes = engine.subscribe();
-    let mut down = ticker(cadence.down_every);
-    let mut up = ticker(cadence.up_every);
+    let mut down = WallTicker::new(cadence.down_every);
+    let mut up = WallTicker::new(cadence.up_every);
     // The snapshot each tick last took over: taking the same one again changes nothing
     // (services the view admitted meanwhile came in with the engine's state), so a tick
     // with no new decision costs no walk over every service.
@@ -210,5 +266,29 @@ pub async fn reflect(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundary_after_is_the_next_wall_clock_multiple_of_the_period() {
+        let period = Duration::from_secs(9);
+        let base = Instant::now();
+        // A wall time 4.25 s past a multiple of 9 s.
+        let wall = UNIX_EPOCH + Duration::from_secs(9 * 1_000_000) + Duration::from_millis(4250);
+        let next = boundary_after((base, wall), base, period);
+        assert_eq!(next - base, Duration::from_millis(4750));
+        // From exactly a boundary, the next one is a whole period away: never now.
+        let on = UNIX_EPOCH + Duration::from_secs(9 * 1_000_000);
+        assert_eq!(boundary_after((base, on), base, period) - base, period);
+        // Later tokio instants project through the anchor.
+        let later = base + Duration::from_secs(5);
+        assert_eq!(
+            boundary_after((base, wall), later, period) - later,
+            Duration::from_millis(8750)
+        );
     }
 }
