@@ -178,6 +178,39 @@ fn watch(
     Ok(failures)
 }
 
+/// Every Backend Service starts Preparing and gets no traffic until its checks pass
+/// (S-HC5): the demo sends its first request once all are OK and the tables have taken them
+/// in, so its first counters show balancing rather than the Preparing phase's refusals.
+fn wait_for_health(topo: &Topology) -> Result<()> {
+    phase("0. Waiting for the health checks: 2 successes each (Preparing -> OK)");
+    let started = Instant::now();
+    let mut shown = String::new();
+    loop {
+        interrupted()?;
+        let h = health(topo);
+        let line = h
+            .iter()
+            .map(|(name, state)| format!("{name}:{state}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if line != shown {
+            println!("  {:>4.1}s  {line}", started.elapsed().as_secs_f64());
+            shown = line;
+        }
+        if h.len() >= 8 && h.values().all(|s| s == "OK") {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("the backends did not pass their health checks within 30 s: {shown}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // The Network vService takes an OK in at its next re-add tick (network_add_delay, 2 s).
+    std::thread::sleep(Duration::from_millis(2200));
+    println!("  every backend is OK and in its tables: traffic starts");
+    Ok(())
+}
+
 fn phase(title: &str) {
     println!("\n\x1b[1m== {title}\x1b[0m");
 }
@@ -257,6 +290,7 @@ fn run() -> Result<()> {
         topo.pin_dir.display()
     );
 
+    wait_for_health(&topo)?;
     let window = Arc::new(Mutex::new(Window::default()));
     let running = Arc::new(AtomicBool::new(true));
     start_traffic(&topo.client, window.clone(), running.clone())?;
