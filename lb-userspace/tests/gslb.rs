@@ -948,9 +948,10 @@ async fn s_gs_every_dns_message_is_counted_by_answer_code_in_the_api_and_metrics
 /// A stopping DNS vService (the old process of an upgrade) answers every query it read: it
 /// reads no more once told to stop, and sends the answer of each datagram it took. The test
 /// keeps a copy of the UDP socket, as the new process of an upgrade does; queries flow while
-/// the DNS vService stops (a last burst of 64 as the stop begins, few enough for the copy's
-/// receive buffer), then every query sent is either answered or still unread on the copy:
-/// none is lost. Bounded: at most 20,000 queries, 10 s.
+/// the DNS vService stops, then every query sent is either answered or still unread on the
+/// copy: none is lost. At most 64 queries are in flight, plus a last burst of 64 as the stop
+/// begins, so the copy's receive buffer never overflows (that loss would be the kernel's).
+/// Bounded: at most 20,000 queries, 10 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_gs_a_stopping_dns_vservice_answers_every_query_it_read() {
     let a = site(LIVE, None).await;
@@ -969,28 +970,34 @@ async fn s_gs_a_stopping_dns_vservice_answers_every_query_it_read() {
 
     let client = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     let sending = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sender = {
-        let (client, sending) = (client.clone(), sending.clone());
+        let (client, sending, answered) = (client.clone(), sending.clone(), answered.clone());
         tokio::spawn(async move {
             let mut sent = 0u16;
             let started = Instant::now();
             let mut tail = 64;
             while tail > 0 && sent < 20_000 && started.elapsed() < Duration::from_secs(10) {
+                let stopping = !sending.load(std::sync::atomic::Ordering::SeqCst);
+                let in_flight = usize::from(sent)
+                    .saturating_sub(answered.load(std::sync::atomic::Ordering::SeqCst));
+                if !stopping && in_flight >= 64 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
                 let mut query = sent.to_be_bytes().to_vec();
                 query.extend_from_slice(&query_bytes("www.gslb.test.", RecordType::A)[2..]);
                 client.send_to(&query, server).await.unwrap();
                 sent += 1;
-                if !sending.load(std::sync::atomic::Ordering::SeqCst) {
+                if stopping {
                     tail -= 1;
-                } else if sent.is_multiple_of(32) {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
             sent
         })
     };
     let receiver = {
-        let client = client.clone();
+        let (client, count) = (client.clone(), answered.clone());
         tokio::spawn(async move {
             let mut answered = HashSet::new();
             let mut buf = [0u8; 512];
@@ -1000,6 +1007,7 @@ async fn s_gs_a_stopping_dns_vservice_answers_every_query_it_read() {
             {
                 if len >= 12 {
                     answered.insert(u16::from_be_bytes([buf[0], buf[1]]));
+                    count.store(answered.len(), std::sync::atomic::Ordering::SeqCst);
                 }
             }
             answered.len()
