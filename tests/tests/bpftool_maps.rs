@@ -403,3 +403,78 @@ fn every_pinned_map_and_maglev_table_dumps_decoded() -> Result<()> {
     );
     Ok(())
 }
+
+/// The walk docs/data-path.md gives an operator ("Which backend a Maglev entry names"), with
+/// exactly its commands: a VIP's id from `VIPS`, its table at `maglev/<id>` (index -> slot),
+/// each slot's backend from `BACKENDS` by `map lookup ... key <4 bytes>`; and the same table
+/// reached from `MAGLEV`'s raw entry (the map id) with `bpftool map dump id`. Every entry
+/// must end at a configured backend of the VIP, and every backend must be reached.
+#[test]
+fn maglev_entries_lead_to_their_backends_with_bpftool_alone() -> Result<()> {
+    let dir = PinDir(PathBuf::from(format!(
+        "/sys/fs/bpf/lb-test-bpftool-walk-{}",
+        std::process::id()
+    )));
+    let maps = dir.0.join("maps");
+    let mut dp = load(&dir.0)?;
+    apply(&mut dp, &config(&["w1", "w2", "w3"], false))?;
+
+    // 1. The VIP's id.
+    let vip_id = dump(&maps.join("VIPS"))?
+        .iter()
+        .find(|e| {
+            let key = &e["formatted"]["key"];
+            octets(&key["addr"]).starts_with(&[198, 18, 1, 10]) && key["port"] == 80
+        })
+        .and_then(|e| e["formatted"]["value"]["vip_id"].as_u64())
+        .context("VIPS has no decoded entry for 198.18.1.10:80")?;
+    // 2. Its table, by pin.
+    let table = dump(&maps.join("maglev").join(vip_id.to_string()))?;
+    ensure!(table.len() == 251, "{} entries in the table", table.len());
+    let slots: HashSet<u64> = formatted(&table, "value")?
+        .iter()
+        .map(|v| v.as_u64().context("a slot number"))
+        .collect::<Result<_>>()?;
+    // 3. Each slot's backend.
+    let mut reached = HashSet::new();
+    for slot in &slots {
+        let key: Vec<String> = (*slot as u32)
+            .to_le_bytes()
+            .iter()
+            .map(u8::to_string)
+            .collect();
+        let mut args = vec!["map", "lookup", "pinned"];
+        let backends = maps.join("BACKENDS");
+        args.push(backends.to_str().context("pin path")?);
+        args.push("key");
+        args.extend(key.iter().map(String::as_str));
+        let entry = bpftool(&args)?;
+        let value = entry
+            .get("formatted")
+            .map_or(&entry["value"], |f| &f["value"]);
+        let addr = octets(&value["addr"]);
+        ensure!(
+            value["port"] == 8080 && addr.len() == 16 && addr[..3] == [10, 0, 1],
+            "slot {slot} names {value}, no configured backend"
+        );
+        reached.insert(addr[3]);
+    }
+    ensure!(
+        reached == HashSet::from([1, 2, 3]),
+        "the table reaches backends {reached:?} of 10.0.1.1-3"
+    );
+    // The same table from MAGLEV's raw entry: the map id, dumped by id.
+    let inner = *maglev_tables(&maps)?
+        .get(&vip_id)
+        .with_context(|| format!("MAGLEV has no entry for VIP id {vip_id}"))?;
+    let by_id = match bpftool(&["map", "dump", "id", &inner.to_string()])? {
+        Value::Array(entries) => entries,
+        other => bail!("dump of map {inner} is not a list: {other}"),
+    };
+    ensure!(
+        formatted(&by_id, "value")? == formatted(&table, "value")?,
+        "map id {inner} from MAGLEV is not the table pinned for VIP id {vip_id}"
+    );
+    drop(dp);
+    Ok(())
+}
