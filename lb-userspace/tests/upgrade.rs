@@ -214,9 +214,8 @@ const DNS_MOST: u16 = 30_000;
 
 /// UDP queries in bursts 20 ms apart without waiting for the answers (so some are always in
 /// flight while a process stops), each to be answered (by id) within 1 s, and never sent
-/// twice: an
-/// upgrade must lose no DNS query, as the old process answers every datagram it read before
-/// it exits and leaves the rest to the new one on the shared socket.
+/// twice: an upgrade must lose no DNS query, as the old process answers every datagram it
+/// read before it exits and leaves the rest to the new one on the shared socket.
 async fn dns_client(addr: SocketAddr, tally: Arc<Tally>, stop: watch::Receiver<bool>) {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
         .await
