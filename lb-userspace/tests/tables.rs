@@ -297,3 +297,38 @@ fn lb_table_names_an_unknown_vservice() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn lb_table_finds_the_pins_through_the_configuration_as_the_other_commands_do() {
+    let f = Fixture::new();
+    let cfg = config(
+        &[("b1", "10.1.0.11", 1), ("b2", "10.1.0.12", 1)],
+        &["b1", "b2"],
+    );
+    f.load(0, &cfg);
+    // The same configuration naming its pins in `[xdp] pin_dir`: no --pin-dir needed.
+    let path = f.dir.join("with-pins.toml");
+    std::fs::write(
+        &path,
+        format!("[xdp]\npin_dir = \"{}\"\n\n{cfg}", f.pins[0]),
+    )
+    .expect("config written");
+    let out = f.lb(&[
+        "table",
+        "web",
+        "--json",
+        "--config",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "lb table --config: {}",
+        text(&out.stderr)
+    );
+    let by_config: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        by_config,
+        f.table(0, "web"),
+        "--config reads the same pins as --pin-dir"
+    );
+}

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -20,9 +20,13 @@ use crate::network::{DataPath, LoadOptions, TableDump};
 pub struct TableArgs {
     /// Network vService whose table to print.
     pub vservice: String,
-    /// bpffs directory of the data path's pins.
-    #[arg(long, default_value = "/sys/fs/bpf/lb")]
-    pub pin_dir: PathBuf,
+    /// bpffs directory of the data path's pins (default: `[xdp] pin_dir` of `--config`,
+    /// else /sys/fs/bpf/lb).
+    #[arg(long)]
+    pub pin_dir: Option<PathBuf>,
+    /// Configuration file whose `[xdp] pin_dir` names the pins, as the other commands take it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Print only each VIP's digest, not the entries.
     #[arg(long)]
     pub digest: bool,
@@ -31,9 +35,24 @@ pub struct TableArgs {
     pub json: bool,
 }
 
+/// Where the pins are: `--pin-dir`, else the configuration's `[xdp] pin_dir`, else the
+/// default of both.
+fn pin_dir(args: &TableArgs) -> Result<PathBuf> {
+    if let Some(dir) = &args.pin_dir {
+        return Ok(dir.clone());
+    }
+    match &args.config {
+        Some(path) => Ok(crate::config::load(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .xdp
+            .pin_dir),
+        None => Ok(PathBuf::from(crate::config::DEFAULT_PIN_DIR)),
+    }
+}
+
 /// Runs `lb table`.
 pub fn run(args: &TableArgs) -> Result<()> {
-    let tables = read(&args.pin_dir, &args.vservice)?;
+    let tables = read(&pin_dir(args)?, &args.vservice)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&tables)?);
         return Ok(());

@@ -10,12 +10,10 @@ use super::backends::ranged;
 use super::seconds::seconds;
 use crate::config::issues::Issues;
 use crate::config::model::{
-    AttachMode, HeaderLimits, ProxySettings, ReflectionSettings, XdpSettings,
+    AttachMode, DEFAULT_PIN_DIR, HeaderLimits, ProxySettings, ReflectionSettings, XdpSettings,
 };
 use crate::config::raw::{RawAttachMode, RawProxy, RawReflection, RawXdp};
 
-/// Default bpffs pin directory.
-const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lb";
 /// Default connection-table size in flows.
 const DEFAULT_CONN_TABLE_SIZE: u32 = 1 << 20;
 /// Allowed connection-table sizes: small enough for the kernel's memory limits, large

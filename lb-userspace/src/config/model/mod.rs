@@ -258,6 +258,10 @@ pub struct ClusterPeer {
     pub token: Option<String>,
 }
 
+/// The bpffs directory of a data path's pins when `[xdp] pin_dir` names none: the place
+/// every command looks by default, so that one data path per host needs no setting.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lb";
+
 /// How the XDP program is attached and sized.
 #[derive(Clone, Debug, PartialEq)]
 pub struct XdpSettings {
