@@ -142,24 +142,20 @@ impl Snapshot {
         let drained: HashSet<&str> = sel
             .map(|s| s.drained.iter().map(String::as_str).collect())
             .unwrap_or_default();
+        let admin = policy.admin == ApplyAdmin::Yes;
         let members = expand(names, list)
             .into_iter()
-            .map(|(member, backup)| {
-                let state = if eligible.contains(member.as_str()) {
+            .map(|m| {
+                let state = if eligible.contains(m.name.as_str()) {
                     "eligible"
-                } else if drained.contains(member.as_str()) {
-                    "drained"
+                } else if drained.contains(m.name.as_str()) {
+                    idle_state(&m, admin)
                 } else {
                     "down"
                 };
-                let role = if backup && policy.admin == ApplyAdmin::Yes {
-                    "backup"
-                } else {
-                    "main"
-                };
                 MemberView {
-                    name: member,
-                    role,
+                    role: if m.backup && admin { "backup" } else { "main" },
+                    name: m.name,
                     state,
                 }
             })
@@ -311,8 +307,25 @@ pub(crate) struct MemberView {
     pub name: String,
     /// "main" or "backup".
     pub role: &'static str,
-    /// "eligible", "drained" or "down".
+    /// "eligible" (takes new traffic), "standby" (healthy and available, not in use: a
+    /// backup while a main or an earlier backup serves, S-BK1/S-BK3), "drained" (weight 0,
+    /// S-BK11), "maintenance" (S-MT1) or "down" (health Preparing or Error). Standby,
+    /// drained and maintenance members keep their open connections.
     pub state: &'static str,
+}
+
+/// Why a healthy member takes no new traffic: weight 0 drains it (S-BK11), Maintenance
+/// closes it (when the list applies it), and otherwise it is a backup standing by because a
+/// main or an earlier backup serves. Only weight 0 is "drained": an operator reading
+/// "drained" next to a backup that merely waits would look for a drain nobody started.
+fn idle_state(m: &Expanded, admin: bool) -> &'static str {
+    if m.weight == 0 {
+        "drained"
+    } else if admin && m.maintenance {
+        "maintenance"
+    } else {
+        "standby"
+    }
 }
 
 /// Where a Backend Service (or group) is listed (S-OB2).
@@ -495,22 +508,46 @@ impl<'s> BackendIndex<'s> {
     }
 }
 
+/// A member of a list with what decides its state besides health.
+pub(crate) struct Expanded {
+    /// Backend Service name.
+    pub name: String,
+    /// Its Backup flag, or its group's.
+    pub backup: bool,
+    /// Its Maintenance flag, or its group's.
+    pub maintenance: bool,
+    /// Its weight (0: drained, S-BK11).
+    pub weight: u32,
+}
+
 /// The members of a list in order, groups expanded, each once, with its Backup role
-/// (a group's flag decides for its members, as in the selection model).
-pub(crate) fn expand<'c>(names: &ByName<'c>, list: &[String]) -> Vec<(String, bool)> {
-    let mut seen: HashSet<&'c str> = HashSet::new();
-    let mut out: Vec<(String, bool)> = Vec::new();
-    let mut push = |name: &'c str, backup: bool| {
-        if seen.insert(name) {
-            out.push((name.to_string(), backup));
-        }
-    };
+/// (a group's flag decides for its members, as in the selection model), Maintenance (its
+/// own or its group's) and weight.
+pub(crate) fn expand(names: &ByName<'_>, list: &[String]) -> Vec<Expanded> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut out: Vec<Expanded> = Vec::new();
     for entry in list {
         if let Some(s) = names.service(entry) {
-            push(&s.name, s.backup);
+            if seen.insert(s.name.as_str()) {
+                out.push(Expanded {
+                    name: s.name.clone(),
+                    backup: s.backup,
+                    maintenance: s.maintenance,
+                    weight: s.weight,
+                });
+            }
         } else if let Some(g) = names.group(entry) {
             for m in &g.members {
-                push(m, g.backup);
+                if !seen.insert(m.as_str()) {
+                    continue;
+                }
+                let svc = names.service(m);
+                out.push(Expanded {
+                    name: m.clone(),
+                    backup: g.backup,
+                    maintenance: g.maintenance || svc.is_some_and(|s| s.maintenance),
+                    weight: svc.map_or(1, |s| s.weight),
+                });
             }
         }
     }
@@ -582,5 +619,146 @@ fn parse_health(s: &str) -> Health {
         "Error" => Health::Error,
         "Preparing" => Health::Preparing,
         _ => Health::Ok,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP vService whose list holds a weight-0 main, a main in Maintenance, a serving
+    /// main, a backup standing by and a grouped backup in Maintenance; and a Network one
+    /// (admin state applied) where the backup serves and a second backup waits.
+    const CONFIG: &str = r#"
+[[backend_service]]
+name = "zero"
+address = "127.0.0.1"
+port = 8001
+weight = 0
+
+[[backend_service]]
+name = "closed"
+address = "127.0.0.1"
+port = 8002
+maintenance = true
+
+[[backend_service]]
+name = "main"
+address = "127.0.0.1"
+port = 8003
+
+[[backend_service]]
+name = "spare"
+address = "127.0.0.1"
+port = 8004
+backup = true
+
+[[backend_service]]
+name = "g1"
+address = "127.0.0.1"
+port = 8005
+
+[[backend_group]]
+name = "spares"
+members = ["g1"]
+backup = true
+maintenance = true
+
+[[vservice]]
+name = "web"
+kind = "http"
+address = "127.0.0.1"
+port = 8080
+backends = ["zero", "closed", "main", "spare", "spares"]
+
+[[backend_service]]
+name = "n1"
+address = "127.0.0.1"
+port = 9001
+weight = 0
+
+[[backend_service]]
+name = "n2"
+address = "127.0.0.1"
+port = 9002
+backup = true
+
+[[backend_service]]
+name = "n3"
+address = "127.0.0.1"
+port = 9003
+backup = true
+
+[[vservice]]
+name = "net"
+kind = "tcp-l4"
+address = "10.0.0.1"
+port = 80
+apply_admin_state = true
+backends = ["n1", "n2", "n3"]
+"#;
+
+    fn snapshot() -> Snapshot {
+        let cfg = crate::config::parse(CONFIG, "test.toml").unwrap();
+        let l7 = Selections::compute(&cfg, &|_| Health::Ok);
+        Snapshot {
+            cfg: Arc::new(cfg),
+            report: HealthReport::default(),
+            l7: Arc::new(l7),
+            net: None,
+            net_error: None,
+            proxy: None,
+        }
+    }
+
+    fn states(snap: &Snapshot, vs: &str) -> (String, Vec<(String, &'static str, &'static str)>) {
+        let vs = snap.cfg.vservices.iter().find(|v| v.name == vs).unwrap();
+        let list = snap.lists_in(&snap.list_index(), vs).remove(0);
+        let members = list
+            .members
+            .into_iter()
+            .map(|m| (m.name, m.role, m.state))
+            .collect();
+        (list.tier, members)
+    }
+
+    /// S-BK1, S-BK11, S-MT1: a backup that stands by is "standby", a weight-0 member is
+    /// "drained" and one in Maintenance "maintenance"; only the main that serves is eligible.
+    #[test]
+    fn s_bk11_only_weight_zero_reads_drained_a_waiting_backup_reads_standby() {
+        let snap = snapshot();
+        let (tier, members) = states(&snap, "web");
+        assert_eq!(tier, "mains");
+        let want = [
+            ("zero", "main", "drained"),
+            ("closed", "main", "maintenance"),
+            ("main", "main", "eligible"),
+            ("spare", "backup", "standby"),
+            ("g1", "backup", "maintenance"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, r, s)| (n.to_string(), *r, *s))
+            .collect();
+        assert_eq!(members, want);
+    }
+
+    /// S-BK3 on a Network vService with admin state: the first backup serves, the second
+    /// stands by, the weight-0 main is drained.
+    #[test]
+    fn s_bk3_the_second_backup_stands_by_while_the_first_serves() {
+        let snap = snapshot();
+        let (tier, members) = states(&snap, "net");
+        assert_eq!(tier, "backup 1");
+        let want = [
+            ("n1", "main", "drained"),
+            ("n2", "backup", "eligible"),
+            ("n3", "backup", "standby"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, r, s)| (n.to_string(), *r, *s))
+            .collect();
+        assert_eq!(members, want);
     }
 }
