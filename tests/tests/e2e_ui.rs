@@ -7,10 +7,16 @@
 //! into Maintenance moves to the backup), and plot check durations. Meanwhile this test
 //! watches the configuration file: Maintenance must be written to it (S-MT8) and removed again.
 //!
-//! Issue 19: while the page is open, a thread sends paced HTTP load through the `web`
-//! vService (bounded in count and time, loopback only); the page must show its requests/s
-//! moving, sparkline and overview charts with points, 2xx counts, each backend's last check,
-//! its duration and time in state, and what the DNS vService's name answers now.
+//! A thread sends paced HTTP load through the `web` vService (bounded in count and time,
+//! loopback only) from a few seconds before the page opens: the page's first render must
+//! already show the rates and charts of those seconds, from the history the daemon sampled
+//! (no "…"); then its requests/s must move, with sparkline and overview charts, 2xx counts,
+//! each backend's last check, its duration and time in state, and what the DNS vService's
+//! name answers now. A backup that stands by reads "standby", a weight-0 main "drained"
+//! (S-BK1, S-BK11).
+//!
+//! `s_ob1_first_live_payload_carries_the_last_seconds` needs no browser: after a few seconds
+//! under load, the first `GET /api/v1/stats/live?history=1` carries those seconds' rates.
 //!
 //! Needs the `lb` binary (env `LB_BIN`, else `<repo>/target/debug/lb`: run
 //! `cargo build -p lb-userspace` first), node, and Debian's chromium (installed with apt-get
@@ -248,7 +254,7 @@ impl Drop for DaemonProcess {
 fn config_text(
     api: SocketAddr,
     token: Option<&str>,
-    ports: &[u16; 4],
+    ports: &[u16; 5],
     web: u16,
     tcp: u16,
     dns: u16,
@@ -308,13 +314,21 @@ address = "127.0.0.1"
 port = {web}
 backends = ["b1", "b2"]
 
+# Weight 0: drained (S-BK11), healthy but given no new connections.
+[[backend_service]]
+name = "b5"
+address = "127.0.0.1"
+port = {p5}
+weight = 0
+health_check = "tcp-fast"
+
 # b3 stays eligible here when b1 is in Maintenance.
 [[vservice]]
 name = "tcp"
 kind = "l7-tcp"
 address = "127.0.0.1"
 port = {tcp}
-backends = ["b1", "b3"]
+backends = ["b1", "b3", "b5"]
 
 # A DNS vService whose one site is this daemon's own `web` vService.
 [[dns_vservice]]
@@ -338,6 +352,7 @@ vservice = "web"
         p2 = ports[1],
         p3 = ports[2],
         p4 = ports[3],
+        p5 = ports[4],
     )
 }
 
@@ -411,6 +426,40 @@ fn wait_for_tier(addr: SocketAddr, token: Option<&str>, vs: &str, tier: &str) ->
         thread::sleep(Duration::from_millis(100));
     }
     bail!("vService {vs} never reached tier {tier} (last: {last:?})")
+}
+
+/// The first live payload with the daemon's history, as the page asks for it on opening.
+fn history_payload(addr: SocketAddr, token: Option<&str>) -> Result<serde_json::Value> {
+    let (status, body) = http_get(addr, "/api/v1/stats/live?history=1", token)?;
+    if status != 200 {
+        bail!("GET /api/v1/stats/live?history=1 answered {status}: {body:.200}");
+    }
+    Ok(serde_json::from_str(&body)?)
+}
+
+/// The non-zero requests/s of `vs` in a payload's history.
+fn busy_seconds(live: &serde_json::Value, vs: &str) -> usize {
+    live["history"]["vservices"][vs]["main"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r.as_f64().is_some_and(|r| r > 0.0))
+        .count()
+}
+
+/// Waits until the daemon's history holds `seconds` seconds of requests through `vs`, so
+/// that a page opened now has them to show at once.
+fn wait_for_history(addr: SocketAddr, token: Option<&str>, vs: &str, seconds: usize) -> Result<()> {
+    let start = Instant::now();
+    let mut seen = 0;
+    while start.elapsed() < API_TIMEOUT {
+        seen = busy_seconds(&history_payload(addr, token)?, vs);
+        if seen >= seconds {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+    bail!("the history of {vs} has {seen} busy seconds, not {seconds}")
 }
 
 /// Opens `count` connections through the L7 TCP vService (the proxy forwards each to b1 or
@@ -552,7 +601,14 @@ fn run_spec(
     let mut cmd = Command::new("node");
     cmd.arg(root.join("tests/ui/livestats.spec.mjs"))
         .arg(url)
-        .args(["--backend", "b1", "--expect", "b1=OK,b2=OK,b3=OK,b4=Error"])
+        .args([
+            "--backend",
+            "b1",
+            "--expect",
+            "b1=OK,b2=OK,b3=OK,b4=Error,b5=OK",
+        ])
+        .args(["--history", "web"])
+        .args(["--standby", "web/default/b2", "--drained", "tcp/default/b5"])
         .args(["--traffic", &TRAFFIC.to_string()])
         .args(["--load", "web", "--settle", "20"])
         .args(["--dns", &format!("g/www.gslb.test.={DNS_SITE}")])
@@ -589,12 +645,18 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
     ensure_node_deps(&ui)?;
     let bin = lb_binary()?;
 
-    let backends = [Backend::start()?, Backend::start()?, Backend::start()?];
+    let backends = [
+        Backend::start()?,
+        Backend::start()?,
+        Backend::start()?,
+        Backend::start()?,
+    ];
     let ports = [
         backends[0].port,
         backends[1].port,
         backends[2].port,
         free_port()?,
+        backends[3].port,
     ];
     let api: SocketAddr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let dir = std::env::temp_dir().join(format!("lb-e2e-ui-{name}-{}", std::process::id()));
@@ -634,6 +696,9 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
     let load = Load::start(web_vs);
     let answered = dns_queries(dns_vs, "www.gslb.test.", 5)?;
     eprintln!("e2e_ui: {answered} of 5 DNS queries answered");
+    // The page opens on a daemon that has been busy for a while: its first render must
+    // show those seconds.
+    wait_for_history(api, token, "web", 4)?;
 
     let screenshot = root.join(format!("target/ui-livestats{name}.png"));
     let url = format!("http://{api}/");
@@ -667,6 +732,89 @@ fn scenario(name: &str, token: Option<&str>) -> Result<()> {
     Ok(())
 }
 
+/// S-OB1 without a browser: after a few seconds of requests, the first live payload that
+/// asks for the history carries them (requests/s per vService and in total, one sample a
+/// second, oldest first), and a payload that does not ask carries none.
+fn first_payload_carries_the_last_seconds() -> Result<()> {
+    let bin = lb_binary()?;
+    let backends = [
+        Backend::start()?,
+        Backend::start()?,
+        Backend::start()?,
+        Backend::start()?,
+    ];
+    let ports = [
+        backends[0].port,
+        backends[1].port,
+        backends[2].port,
+        free_port()?,
+        backends[3].port,
+    ];
+    let api: SocketAddr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let dir = std::env::temp_dir().join(format!("lb-e2e-history-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("lb.toml");
+    let web_vs = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let (tcp, dns) = (free_port()?, free_port()?);
+    std::fs::write(
+        &config,
+        config_text(api, None, &ports, web_vs.port(), tcp, dns),
+    )?;
+    let mut daemon = DaemonProcess::start(&bin, &config, dir.join("lb.log"))?;
+    wait_for_api(api, None, &mut daemon)?;
+    wait_for_tier(api, None, "web", "mains")?;
+    let load = Load::start(web_vs);
+    thread::sleep(Duration::from_secs(6));
+    let live = history_payload(api, None)?;
+    let sent = load.finish();
+    let h = &live["history"];
+    eprintln!("e2e_ui: {sent} requests sent; history: {h}");
+    assert_eq!(h["step_ms"], 1000, "{h}");
+    let t: Vec<u64> = serde_json::from_value(h["t"].clone())?;
+    assert!(t.len() >= 5, "only {} samples after 6 s: {h}", t.len());
+    assert!(
+        t.windows(2).all(|w| w[1] > w[0] && w[1] - w[0] < 2000),
+        "sample times not one a second in order: {t:?}"
+    );
+    let generated = live["generated_unix_ms"].as_u64().unwrap_or(0);
+    let newest = t.last().copied().unwrap_or(0);
+    assert!(
+        newest <= generated && generated - newest < 2000,
+        "newest sample {newest}, payload {generated}"
+    );
+    let web = &h["vservices"]["web"];
+    let main = web["main"].as_array().map_or(0, Vec::len);
+    assert!(main <= t.len(), "web has more samples than times: {h}");
+    let busy = busy_seconds(&live, "web");
+    assert!(busy >= 3, "{busy} seconds of requests through web in {h}");
+    let total = h["total"]["requests"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(total.len(), t.len(), "{h}");
+    let total_busy = total
+        .iter()
+        .filter(|r| r.as_f64().is_some_and(|r| r > 0.0))
+        .count();
+    assert!(total_busy >= 3, "total requests/s: {total:?}");
+    assert!(
+        h["backends"]["b1"]["main"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "b1 serves web: {h}"
+    );
+    assert!(
+        h["vservices"]["tcp"]["main"].is_array(),
+        "every vService: {h}"
+    );
+    let (_, plain) = http_get(api, "/api/v1/stats/live", None)?;
+    let plain: serde_json::Value = serde_json::from_str(&plain)?;
+    assert!(plain.get("history").is_none(), "history sent unasked");
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// One browser and one daemon at a time (2 cores).
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -689,4 +837,12 @@ fn s_ob1_live_stats_page_shows_health_and_toggles_maintenance() -> Result<()> {
 fn s_ob1_live_stats_page_with_api_token() -> Result<()> {
     let _one = serial();
     scenario("-token", Some("e2e-ui-secret-token-0123456789"))
+}
+
+/// S-OB1: the daemon keeps the last minutes of rates, sampled every second whether or not a
+/// page is open, and serves them with the first payload a page asks for.
+#[test]
+fn s_ob1_first_live_payload_carries_the_last_seconds() -> Result<()> {
+    let _one = serial();
+    first_payload_carries_the_last_seconds()
 }

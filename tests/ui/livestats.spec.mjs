@@ -3,12 +3,18 @@
 // Usage: node livestats.spec.mjs URL [--backend NAME] [--expect NAME=HEALTH,...]
 //                                    [--traffic N] [--screenshot FILE]
 //                                    [--load VSERVICE] [--dns DNS/NAME=ADDRESS] [--settle S]
+//                                    [--history VSERVICE] [--standby VS/LIST/NAME]
+//                                    [--drained VS/LIST/NAME]
 // (--traffic N: the backends' totals must add up to at least N connections/requests.
 //  --load VS: HTTP load runs through VS meanwhile: its requests/s must rise above 0 and
 //  move, its sparkline and the overview chart must have points, 2xx answers must show,
-//  and every checked backend its last check, duration and time in state (issue 19).
+//  and every checked backend its last check, duration and time in state (S-OB1, S-OB3).
 //  --dns: the DNS vService's name must show ADDRESS as its current answer.
-//  --settle S: seconds the page stays open under load before the screenshot.)
+//  --settle S: seconds the page stays open under load before the screenshot.
+//  --history VS: the daemon has served VS for several seconds before the page opened: its
+//  first render must show them (sparkline and overview chart with points, no "…" rate).
+//  --standby / --drained: that member of that list must read "standby" (a backup not in
+//  use) or "drained" (weight 0), in the page and in the API.)
 // URL is the page served by a running `lb` daemon (e.g. http://127.0.0.1:9180/). The test
 // loads it, waits for the backend rows, checks every health badge against the API (and the
 // --expect list), simulates an API outage to check the error banner, toggles Maintenance of
@@ -36,6 +42,9 @@ function parseArgs(argv) {
     load: null,
     dns: null,
     settle: 0,
+    history: null,
+    standby: null,
+    drained: null,
     screenshot: resolve(HERE, "../../target/ui-livestats.png"),
   };
   for (let i = 0; i < argv.length; i += 1) {
@@ -45,6 +54,9 @@ function parseArgs(argv) {
     else if (a === "--screenshot") out.screenshot = resolve(argv[++i]);
     else if (a === "--load") out.load = argv[++i];
     else if (a === "--settle") out.settle = Number(argv[++i]);
+    else if (a === "--history") out.history = argv[++i];
+    else if (a === "--standby") out.standby = argv[++i];
+    else if (a === "--drained") out.drained = argv[++i];
     else if (a === "--dns") {
       const m = /^([^/]+)\/([^=]+)=(.+)$/.exec(argv[++i] || "");
       if (!m) throw new Error("--dns wants DNS/NAME=ADDRESS");
@@ -164,7 +176,7 @@ function polylinePoints(locator) {
 }
 
 /**
- * Issue 19 under load: the vService's requests/s rises above 0 and moves, its sparkline and
+ * S-OB1, S-OB3 under load: the vService's requests/s rises above 0 and moves, its sparkline and
  * the overview chart have points, 2xx answers show, and each checked backend shows its last
  * check (result and duration) and the time in its state.
  */
@@ -222,7 +234,50 @@ async function checkRates(page, vs, data) {
   }
 }
 
-/** Issue 19: the DNS vService's name shows its current answer, its policy and counters. */
+/**
+ * S-OB1 on a daemon that served `vs` before the page opened: the first render (one poll,
+ * two at most) already shows the minutes the daemon sampled: the sparkline of `vs` and the
+ * overview chart have points, and no rate reads "…" (a rate waiting for a second poll).
+ */
+async function checkFirstRender(page, vs) {
+  const seen = await page.evaluate((name) => {
+    const q = (id) => document.querySelector(`[data-testid="${id}"]`);
+    const points = (node) => Number(node?.getAttribute("data-points") || 0);
+    const waiting = [...document.querySelectorAll('#summary .tile, [data-testid^="rate-"]')]
+      .filter((n) => n.textContent.includes("…"))
+      .map((n) => `${n.getAttribute("data-testid")}: ${n.textContent.trim()}`);
+    return {
+      polls: Number(q("last-refresh")?.dataset.polls || 0),
+      spark: points(q(`spark-${name}`)),
+      overview: points(q("overview-l7-requests")),
+      rate: q(`rate-${name}`)?.textContent,
+      waiting,
+    };
+  }, vs);
+  log(`first render: ${JSON.stringify(seen)}`);
+  check(seen.polls >= 1 && seen.polls <= 2, `checked after ${seen.polls} polls, not right after opening`);
+  check(seen.spark >= 3, `the sparkline of ${vs} has ${seen.spark} points on opening`);
+  check(seen.overview >= 3, `the overview chart has ${seen.overview} points on opening`);
+  check(seen.waiting.length === 0, `rates still waiting on opening: ${seen.waiting.join("; ")}`);
+}
+
+/**
+ * S-BK1, S-BK11: the member `spec` (VS/LIST/NAME) reads `want` in the API and in the page,
+ * "standby" for a backup not in use and "drained" only for weight 0.
+ */
+async function checkMemberState(page, data, spec, want) {
+  const [vs, list, name] = spec.split("/");
+  const api = (data.vservices || []).find((v) => v.name === vs)?.lists?.find((l) => l.name === list)?.members?.find((m) => m.name === name);
+  check(api?.state === want, `API: ${name} in ${vs}/${list} is ${api?.state}, expected ${want}`);
+  const member = byTestId(page, `member-${vs}-${list}-${name}`);
+  const text = (await member.textContent()).replace(/\s+/g, " ").trim();
+  const other = want === "standby" ? "drained" : "standby";
+  check(text.includes(want) && !text.includes(other), `page: ${name} in ${vs}/${list} reads "${text}", expected ${want}`);
+  check((await member.getAttribute("class")).split(/\s+/).includes(want), `page: ${name} in ${vs}/${list} lacks class ${want}`);
+  log(`${vs}/${list}: "${text}"`);
+}
+
+/** The DNS vService's name shows its current answer, its policy and counters. */
 async function checkDns(page, dns) {
   const id = `${dns.vs}-${dns.name}`;
   await until(`the answer of ${dns.name} to show ${dns.address}`, async () =>
@@ -293,6 +348,7 @@ async function main() {
       log("token: 401 banner without/with a wrong token, cleared with the right one");
     }
     await page.locator('[data-testid^="backend-row-"]').first().waitFor();
+    if (args.history) await checkFirstRender(page, args.history);
     log(`backend rows: ${await page.locator('[data-testid^="backend-row-"]').count()}`);
 
     // Health badges match the API, with the right colours, once the expected states are in.
@@ -301,6 +357,8 @@ async function main() {
       () => checkHealthBadges(page, args.expect, args.traffic, args.load ? 400 : 0),
       45_000,
     );
+    if (args.standby) await checkMemberState(page, data, args.standby, "standby");
+    if (args.drained) await checkMemberState(page, data, args.drained, "drained");
     const target = pickBackend(data, args.backend);
     const before = listsServedAsMain(data, target);
     log(`toggling ${target}; served as main in ${JSON.stringify(before)}`);
@@ -335,7 +393,7 @@ async function main() {
       log(`screenshot under load: ${args.screenshot}`);
     }
 
-    // Maintenance on: the amber marker, the member drained, and the tier moves off "mains"
+    // Maintenance on: the amber marker, the member in maintenance, and the tier moves off "mains"
     // wherever the backend was the only eligible main.
     const toggle = byTestId(page, `maint-toggle-${target}`);
     check((await toggle.textContent()).trim() === "Maintenance on", "toggle does not offer Maintenance on");
@@ -347,9 +405,11 @@ async function main() {
     const amber = await marker.evaluate((e) => getComputedStyle(e).backgroundColor);
     check(amber === "rgb(240, 165, 0)", `maintenance marker is not amber: ${amber}`);
     for (const l of before) {
-      await until(`${target} not eligible in ${l.vs}/${l.list}`, async () => {
-        const cls = await byTestId(page, `member-${l.vs}-${l.list}-${target}`).getAttribute("class");
-        return !cls.includes("eligible");
+      // S-MT1: it reads "maintenance", neither eligible nor "drained" (weight 0 only).
+      await until(`${target} in maintenance in ${l.vs}/${l.list}`, async () => {
+        const member = byTestId(page, `member-${l.vs}-${l.list}-${target}`);
+        const cls = await member.getAttribute("class");
+        return !cls.includes("eligible") && (await member.textContent()).includes("maintenance");
       });
       if (l.sole) {
         await until(`tier of ${l.vs}/${l.list} to leave "mains"`, async () => (await tierOf(page, l.vs, l.list)) !== "mains");

@@ -2,16 +2,20 @@
 //! open page (and by the DNS vServices of other sites): vServices with their counters,
 //! Backend Services with their counters and last health check, DNS vServices with what each
 //! name answers now. Built in one pass over each collection (O(services + list entries)).
+//! With `?history=1` (the page's first poll) it also carries the rates of the last minutes
+//! that the daemon sampled ([`super::history`]), so the page draws them at once.
 
 use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::Uri;
 use axum::response::IntoResponse;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::ApiState;
+use super::history::HistoryView;
 use super::view::{BackendView, Snapshot, VServiceView};
 use crate::config::Config;
 use crate::daemon::GslbStatus;
@@ -30,6 +34,10 @@ struct Live {
     /// With `[cluster] store = "etcd"`: whether etcd answers, the revision running here and
     /// every node with the revision it runs (as last read, not asked of etcd per poll).
     cluster: Option<Value>,
+    /// The rates of the last minutes, only when asked (`?history=1`): the page needs them
+    /// once, and the DNS vServices of other sites that poll this endpoint not at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<HistoryView>,
 }
 
 /// A Backend Service as Live Stats shows it: the `/backends` view plus its health details.
@@ -59,8 +67,9 @@ struct LastCheck {
     at_unix_ms: u64,
 }
 
-/// `GET /api/v1/stats/live`.
-pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
+/// `GET /api/v1/stats/live[?history=1]`.
+pub(crate) async fn live(State(st): State<ApiState>, uri: Uri) -> impl IntoResponse {
+    let history = wants_history(uri.query()).then(|| st.history.view());
     let snap = Snapshot::take(&st.daemon);
     let lists = snap.list_index();
     let vservices: Vec<_> = snap
@@ -116,7 +125,21 @@ pub(crate) async fn live(State(st): State<ApiState>) -> impl IntoResponse {
                 "nodes": st.cluster.cached_nodes(),
             })
         }),
+        history,
     })
+}
+
+/// True when the query string asks for the history: `history`, `history=1` (any value but
+/// `0`, `false` or `no`), among other parameters in any order.
+fn wants_history(query: Option<&str>) -> bool {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key == "history").then_some(value)
+        })
+        .any(|v| !matches!(v, "0" | "false" | "no"))
 }
 
 /// Every DNS vService in configuration order: where it listens, its counters, and per name
@@ -169,4 +192,20 @@ fn dns_vservices(cfg: &Config, g: GslbStatus) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wants_history;
+
+    #[test]
+    fn the_history_is_sent_only_when_asked() {
+        assert!(!wants_history(None));
+        assert!(!wants_history(Some("")));
+        assert!(!wants_history(Some("history=0")));
+        assert!(!wants_history(Some("histories=1")));
+        assert!(wants_history(Some("history=1")));
+        assert!(wants_history(Some("history")));
+        assert!(wants_history(Some("x=2&history=yes")));
+    }
 }

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 mod cluster;
 mod error;
+mod history;
 mod live;
 mod metrics;
 mod node;
@@ -56,6 +57,8 @@ pub(crate) struct ApiState {
     pub cluster: Arc<Cluster>,
     /// Pushes to `[[cluster.peer]]` (`store = "peers"`).
     pub pushes: Arc<cluster::ClusterState>,
+    /// The last minutes of rates, sampled every second, for a Live Stats page just opened.
+    pub history: Arc<history::History>,
 }
 
 /// The router alone: every route, behind the token check when `token` is set; `cluster`
@@ -64,9 +67,12 @@ pub fn router(daemon: Arc<Daemon>, cluster: Arc<Cluster>, token: Option<String>)
     routes(state(daemon, cluster), token)
 }
 
-/// The state every handler shares.
+/// The state every handler shares. Inside a tokio runtime it starts sampling the rates Live
+/// Stats shows, once a second for as long as the state lives, so that a page opened later
+/// starts with the last minutes.
 fn state(daemon: Arc<Daemon>, cluster: Arc<Cluster>) -> ApiState {
     ApiState {
+        history: history::start(&daemon),
         daemon,
         cluster,
         pushes: Arc::default(),

@@ -7,6 +7,11 @@ use std::fmt::Write;
 use super::PROTOCOL;
 use crate::config::BgpSettings;
 
+/// The BFD timers of the snippet, one value for every balancer and the test harness: 1 s to
+/// notice a hung peer. 300 ms (100 ms x 3) made paths flap with nothing wrong on a busy
+/// 2-core host.
+pub const BFD_TIMERS: &str = "min rx interval 200 ms; min tx interval 200 ms; multiplier 5;";
+
 /// The snippet for `settings`. Placeholders in capitals (ROUTER_ID, LOCAL_AS, PEER_ADDRESS,
 /// PEER_AS, UPLINK) are the operator's to fill.
 pub fn snippet(settings: &BgpSettings) -> String {
@@ -47,9 +52,11 @@ protocol kernel lb_vips6 {{
   ipv6 {{ import where krt_source = {PROTOCOL} && net.len = 128; export none; }};
 }}
 
-# BFD: a dead or cut-off balancer is noticed in 300 ms, not after the hold time.
+# BFD: a hung or cut-off balancer is noticed in 1 s (5 x 200 ms), not after the hold time;
+# a dead link or BIRD goes at once (link state, closed session). Shorter timers flap on a
+# busy host.
 protocol bfd {{
-  interface "UPLINK" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }};
+  interface "UPLINK" {{ {BFD_TIMERS} }};
 }}
 
 # One session per router; keep every balancer's announcements alike (same AS-path length,

@@ -1,11 +1,13 @@
-// Live Stats page of lb (S-OB1..3, issue 19). Vanilla JS, no build step, no external
-// resources. Polls GET /api/v1/stats/live every second and turns counter deltas into rates
-// (charts.js): a summary with an overview chart, the vServices (rates with a sparkline of
-// the last minutes (up to 5), status classes, errors, lists and their active tier), the Backend
-// Services (health and time in it, last check, counters and rates, Maintenance/Backup
-// markers, "used in"), the DNS vServices (what each name answers now, its policy,
-// counters); toggles Maintenance through the API, and shows a backend's health check
-// transitions with a canvas chart of check durations.
+// Live Stats page of lb (S-OB1..3). Vanilla JS, no build step, no external resources.
+// Polls GET /api/v1/stats/live every second and turns counter deltas into rates
+// (charts.js), starting from the last minutes of rates the daemon sampled before the page
+// opened (the first poll asks for them with ?history=1): a summary with an overview chart,
+// the vServices (rates with a sparkline of the last minutes (up to 5), status classes,
+// errors, lists with their active tier and each member's state), the Backend Services
+// (health and time in it, last check, counters and rates, Maintenance/Backup markers,
+// "used in"), the DNS vServices (what each name answers now, its policy, counters);
+// toggles Maintenance through the API, and shows a backend's health check transitions
+// with a canvas chart of check durations.
 (() => {
   "use strict";
 
@@ -21,7 +23,9 @@
   const state = {
     selected: null, // backend whose transitions are shown
     now: Date.now(), // generated_unix_ms of the latest payload
-    firstPoll: null, // generated_unix_ms of the first payload: the charts' history starts there
+    firstPoll: null, // when the charts' history starts: the daemon's oldest sample, else the first payload
+    seeded: false, // the daemon's history was taken (asked for until a poll succeeds)
+    polls: 0, // successful polls since the page opened
     window: 60000, // the span the charts show
     backendsByName: new Map(),
     vsByName: new Map(),
@@ -264,6 +268,52 @@
   }
 
   /**
+   * Seeds the rates with the minutes the daemon sampled before the page opened (the
+   * `history` of the first payload), so that the first render already shows rates and
+   * charts: an operator opening the page during an incident sees what just happened.
+   */
+  function seedHistory(live) {
+    const h = live.history;
+    if (!h || !Array.isArray(h.t) || h.t.length === 0) return;
+    const times = h.t.map(Number);
+    // Every series ends with the newest sample; a shorter one began later (a reload).
+    const points = (values) => {
+      const v = Array.isArray(values) ? values : [];
+      const off = times.length - v.length;
+      return v.slice(Math.max(0, -off)).map((r, i) => ({ t: times[Math.max(0, off) + i], r }));
+    };
+    for (const v of live.vservices || []) {
+      const s = (h.vservices || {})[v.name];
+      if (!s) continue;
+      const k = `vs:${v.name}:`;
+      if (isNetwork(v)) {
+        rates.seed(`${k}packets`, points(s.main), true);
+        rates.seed(`${k}drops`, points(s.errors), true);
+        rates.seed(`${k}flows`, points(s.flows));
+        rates.seed(`${k}bytes`, points(s.bytes_in));
+        rates.seed(`${k}rby`, points(s.bytes_out));
+      } else {
+        rates.seed(`${k}requests`, points(s.main), true);
+        rates.seed(`${k}errors`, points(s.errors), true);
+        rates.seed(`${k}bin`, points(s.bytes_in));
+        rates.seed(`${k}bout`, points(s.bytes_out));
+      }
+    }
+    for (const [name, q] of Object.entries(h.dns_vservices || {})) rates.seed(`dns:${name}:queries`, points(q), true);
+    for (const key of ["requests", "errors", "packets", "drops"]) rates.seed(`total:${key}`, points((h.total || {})[key]), true);
+    // Backend Services: the latest second only (their rows have no chart).
+    const newest = times[times.length - 1];
+    for (const [name, b] of Object.entries(h.backends || {})) {
+      const k = `be:${name}:`;
+      rates.seed(`${k}total`, [{ t: newest, r: b.main }]);
+      rates.seed(`${k}bin`, [{ t: newest, r: b.bytes_in }]);
+      rates.seed(`${k}bout`, [{ t: newest, r: b.bytes_out }]);
+      rates.seed(`${k}fail`, [{ t: newest, r: b.errors }]);
+    }
+    state.firstPoll = times[0];
+  }
+
+  /**
    * Rates of every vService, backend and DNS vService since the previous poll, and the
    * totals pushed to the overview's rings. Returns {vs, be, dns, totals}.
    */
@@ -338,7 +388,8 @@
     }
     if (totals.any) {
       for (const key of ["requests", "errors", "packets", "drops"]) {
-        rates.push(`total:${key}`, t, totals[key]);
+        // On the first poll the totals are the daemon's newest sample, already in the rings.
+        if (state.polls > 0) rates.push(`total:${key}`, t, totals[key]);
         seen.add(`total:${key}`);
       }
     } else {
@@ -550,6 +601,15 @@
     );
   }
 
+  /** What each member state of a list means, for its tooltip (S-BK, S-MT). */
+  const MEMBER_STATES = {
+    eligible: "takes new traffic",
+    standby: "healthy and not in use: stands by while a main (or an earlier backup) serves",
+    drained: "weight 0: no new traffic, its open connections carry on",
+    maintenance: "in Maintenance: no new traffic, its open connections carry on",
+    down: "health Preparing or Error: no new traffic",
+  };
+
   function listsTable(vs) {
     const name = vs.name;
     const rows = (vs.lists || []).map((list) => {
@@ -559,7 +619,8 @@
           {
             class: `member ${m.state || ""}`,
             "data-testid": `member-${name}-${list.name}-${m.name}`,
-            title: `${m.name}: ${m.role || "main"}, ${m.state || "?"}`,
+            "data-state": m.state || "",
+            title: `${m.name}: ${m.role || "main"}, ${m.state || "?"}${MEMBER_STATES[m.state] ? ` (${MEMBER_STATES[m.state]})` : ""}`,
           },
           m.name,
           m.role === "backup" ? el("span", { class: "role", text: " (backup)" }) : null,
@@ -1239,9 +1300,13 @@
 
   async function refresh() {
     try {
-      const live = await api("/api/v1/stats/live");
+      const live = await api(state.seeded ? "/api/v1/stats/live" : "/api/v1/stats/live?history=1");
       state.errors.refresh = null;
       state.now = Number(live.generated_unix_ms) || Date.now();
+      if (!state.seeded) {
+        state.seeded = true;
+        seedHistory(live);
+      }
       state.firstPoll ??= state.now;
       state.window = windowFor(state.firstPoll, state.now);
       state.backendsByName = new Map((live.backends || []).map((b) => [b.name, b]));
@@ -1259,6 +1324,8 @@
       setText(stamp, fmtTime(state.now).slice(0, 8));
       stamp.setAttribute("datetime", new Date(state.now).toISOString());
       stamp.dataset.unixMs = String(state.now);
+      state.polls += 1;
+      stamp.dataset.polls = String(state.polls);
     } catch (e) {
       state.errors.refresh = e.message;
     }

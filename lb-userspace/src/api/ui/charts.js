@@ -1,6 +1,7 @@
 // Rates and charts of the Live Stats page: counter deltas between polls turned into
-// per-second rates, a ring of the last minutes per series, and hand-written SVG charts
-// (sparklines and the overview chart). No library, no external resources.
+// per-second rates, a ring of the last minutes per series (starting from the minutes the
+// daemon sampled before the page opened), and hand-written SVG charts (sparklines and the
+// overview chart). No library, no external resources.
 (() => {
   "use strict";
 
@@ -28,13 +29,15 @@
 
   /**
    * Per-second rates from successive polls. `observe(t, key, counter)` returns the rate
-   * since the previous poll (null on the first one); a counter that went down (the daemon
-   * restarted) gives 0 and starts again from its new value instead of a negative rate.
+   * since the previous poll (on the first one: the rate the daemon sampled last, given by
+   * `seed`, else null); a counter that went down (the daemon restarted) gives 0 and starts
+   * again from its new value instead of a negative rate.
    */
   class Rates {
     constructor() {
       this.last = new Map(); // key -> {t, v}
       this.rings = new Map(); // key -> [{t, r}]
+      this.seeds = new Map(); // key -> the daemon's latest rate, for the first poll
     }
 
     observe(t, key, value, keepHistory) {
@@ -42,8 +45,10 @@
       const v = Number(value);
       const prev = this.last.get(key);
       if (!prev || t < prev.t) {
-        this.last.set(key, { t, v, r: null });
-        return null;
+        const seeded = prev ? null : this.seeds.get(key) ?? null;
+        this.seeds.delete(key);
+        this.last.set(key, { t, v, r: seeded });
+        return seeded;
       }
       // A poll right after another (the page refreshes at once after a toggle) would divide
       // a few requests by a few milliseconds: keep the previous rate and baseline.
@@ -67,10 +72,28 @@
       return this.rings.get(key) || [];
     }
 
+    /**
+     * Takes what the daemon sampled before the page opened: the newest of `points` ([{t, r}],
+     * oldest first; a null rate is a second it could not read) is what the first poll shows
+     * (`observe` has no previous poll to divide by), and with `keepHistory` they become the
+     * series' ring.
+     */
+    seed(key, points, keepHistory) {
+      const known = points.filter((p) => typeof p.r === "number" && Number.isFinite(p.r));
+      if (known.length === 0) return;
+      const newest = points[points.length - 1];
+      if (newest === known[known.length - 1]) this.seeds.set(key, newest.r);
+      if (keepHistory) {
+        const end = newest.t;
+        this.rings.set(key, known.filter((p) => p.t >= end - WINDOW_MS));
+      }
+    }
+
     /** Forgets series not seen in the latest poll (a removed vService or backend). */
     retain(keys) {
       for (const k of [...this.last.keys()]) if (!keys.has(k)) this.last.delete(k);
       for (const k of [...this.rings.keys()]) if (!keys.has(k)) this.rings.delete(k);
+      this.seeds.clear();
     }
   }
 
