@@ -271,13 +271,13 @@ fn displace(key: &FlowKey, v: &FlowValue) {
 ///
 /// A new flow is counted before its entry is written: with 100,000 Backend Services their
 /// counters miss the CPU cache, and that wait then overlaps the insert instead of following
-/// it (issue 16: a new flow at 100 VIPs x 1,000 backends, a port per VIP, about 1,030 ->
+/// it (`bench xdp`, a new flow at 100 VIPs x 1,000 backends, a port per VIP: about 1,030 ->
 /// 980 ns).
 ///
 /// A TCP SYN selects afresh, but looks its client endpoint up before the Maglev table and
 /// the slot are read: the lookup brings the table's bucket into the CPU cache while those
-/// reads wait on memory, so the insert that follows does not wait for it again (issue 16: a
-/// new flow at 100 VIPs x 1,000 backends with 1M flows, about 1,100 -> 800 ns in DSR). Not
+/// reads wait on memory, so the insert that follows does not wait for it again (`bench xdp`,
+/// a new flow at 100 VIPs x 1,000 backends with 1M flows, about 1,100 -> 800 ns in DSR). Not
 /// while the flood guard leaves this CPU's new flows unrecorded: there is no insert to
 /// speed up then, and a SYN flood must stay cheap.
 #[inline(always)]

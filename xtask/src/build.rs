@@ -159,7 +159,7 @@ pub fn fuzz(cases: u32) -> Result<()> {
             "--test",
             "config_fuzz",
             "--test",
-            "api",
+            "api_changes",
             "--test",
             "gslb",
         ])

@@ -114,7 +114,7 @@ mod tests {
 
     const MIB: usize = 1024 * 1024;
 
-    /// issue 20: a burst that ended (usage down 4 MiB and staying down) is trimmed once,
+    /// A burst that ended (usage down 4 MiB and staying down) is trimmed once,
     /// after SETTLE seconds, and not again while nothing changes.
     #[test]
     fn a_burst_that_ended_is_trimmed_once_it_settled() {
@@ -134,7 +134,7 @@ mod tests {
         );
     }
 
-    /// issue 20: steady load whose usage swings within seconds never trims, nor does a
+    /// Steady load whose usage swings within seconds never trims, nor does a
     /// fall below either bound (256 KiB, a sixteenth of the peak).
     #[test]
     fn swings_and_small_falls_are_not_trimmed() {
@@ -155,7 +155,7 @@ mod tests {
         }
     }
 
-    /// issue 20: the bytes in use are read from glibc (the binary is built for it) and
+    /// The bytes in use are read from glibc (the binary is built for it) and
     /// count what this test holds (other tests running meanwhile only add to them).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]

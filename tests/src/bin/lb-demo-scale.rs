@@ -1,5 +1,5 @@
 //! `cargo xtask demo scale`: three balancers behind one ECMP router, narrated with live
-//! counters (issue 17, item 5).
+//! counters.
 //!
 //! Builds the scale-out topology of the end-to-end tests (a client, a router with BIRD and
 //! ECMP, three balancer namespaces each running `lb run` and BIRD with BFD, three DSR

@@ -3,7 +3,7 @@
 //! [`recover`] reports every problem of a table rather than serde's first, and [`syntax`]
 //! keeps a TOML syntax error from stopping the checks of the other tables. The structs
 //! mirror the schema with spans kept on every value a check may point at. Nothing here
-//! knows a rule of the SPEC.
+//! knows a behaviour rule (docs/behaviour.md).
 //!
 //! Numbers are read as `i64` (and durations as `f64`) so that range errors can be reported
 //! in the operator's terms rather than as a serde integer-overflow message.
