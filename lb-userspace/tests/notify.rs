@@ -4,7 +4,12 @@
 //! - SIGHUP sends RELOADING=1 (with MONOTONIC_USEC) then READY=1, and a refused reload
 //!   says so in STATUS= while the daemon serves on;
 //! - SIGTERM sends STOPPING=1 and the daemon exits 0;
-//! - a NOTIFY_SOCKET nobody listens on changes nothing but a warning.
+//! - a NOTIFY_SOCKET nobody listens on changes nothing but a warning;
+//! - an `lb run --upgrade` (what the unit's ExecReload= starts) tells MAINPID= with its own
+//!   PID before the old process goes, and the old one sends no STOPPING=1 (which would stop
+//!   the unit);
+//! - a SIGHUP that comes while `lb run` starts is held and becomes a reload once ready;
+//! - the runtime files in /run/lb do not pile up over runs of distinct configurations.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,7 +46,9 @@ impl Drop for Dir {
             .to_string_lossy()
             .trim_matches('/')
             .replace('/', "-");
-        let _ = std::fs::remove_file(format!("/run/lb/{flat}.states.json"));
+        for suffix in ["states.json", "owner", "handover"] {
+            let _ = std::fs::remove_file(format!("/run/lb/{flat}.{suffix}"));
+        }
     }
 }
 
@@ -92,11 +99,17 @@ fn write_config(path: &Path, api: SocketAddr, web: SocketAddr, backend_port: u16
 
 /// `lb run` on `config` with NOTIFY_SOCKET = `socket`, logging to `log`.
 fn lb_run(config: &Path, socket: &Path, log: &Path) -> Daemon {
+    lb_run_with(config, socket, log, &[])
+}
+
+/// [`lb_run`] with more arguments (`--upgrade`).
+fn lb_run_with(config: &Path, socket: &Path, log: &Path, more: &[&str]) -> Daemon {
     let bin = std::env::var("LB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lb").to_owned());
     let log = std::fs::File::create(log).expect("log file");
     let child = Command::new(bin)
         .args(["run", "--config"])
         .arg(config)
+        .args(more)
         .env("NOTIFY_SOCKET", socket)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -248,4 +261,257 @@ async fn a_dead_notify_socket_is_only_a_warning() {
         text.contains("cannot tell systemd the daemon's state"),
         "no warning in the log:\n{text}"
     );
+}
+
+/// Waits (up to 15 s) for `daemon` to exit; its exit status.
+async fn exited(daemon: Daemon) -> std::process::ExitStatus {
+    let exit = tokio::task::spawn_blocking(move || {
+        let mut daemon = daemon;
+        let status = daemon.0.wait();
+        (daemon, status)
+    });
+    let (_daemon, status) = tokio::time::timeout(Duration::from_secs(15), exit)
+        .await
+        .expect("lb run exits")
+        .expect("join");
+    status.expect("wait")
+}
+
+/// The ExecReload= of the unit starts `lb run --upgrade` beside the main process: that one
+/// tells systemd MAINPID=<its PID> (NotifyAccess=all) before the old process is told to
+/// go, and the old one, handing over, sends no STOPPING=1: from any process of the unit,
+/// STOPPING=1 would make systemd stop the service, new process included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_tells_systemd_the_new_main_pid_and_the_old_one_does_not_stop_the_unit() {
+    let dir = Dir::new("mainpid");
+    let (backend_port, _backend) = named_server("b1").await;
+    let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.0.join("lb.toml");
+    write_config(&config, api, web, backend_port);
+    let socket_path = dir.0.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    let old_log = dir.0.join("old.log");
+    let old = lb_run_with(&config, &socket_path, &old_log, &["--drain-timeout", "1"]);
+    let first = next_message(&socket, Duration::from_secs(30), &old_log).await;
+    assert!(lines(&first).contains(&"READY=1"), "{first:?}");
+
+    let new_log = dir.0.join("new.log");
+    let new = lb_run_with(&config, &socket_path, &new_log, &["--upgrade"]);
+    let new_pid = new.0.id();
+    let took = next_message(&socket, Duration::from_secs(30), &new_log).await;
+    assert!(
+        lines(&took).contains(&format!("MAINPID={new_pid}").as_str()),
+        "the new process's first message does not name it the main process: {took:?}"
+    );
+    assert!(lines(&took).contains(&"READY=1"), "{took:?}");
+    // The barrier: its descriptor is dropped with the datagram, which answers it.
+    let barrier = next_message(&socket, Duration::from_secs(10), &new_log).await;
+    assert_eq!(lines(&barrier), ["BARRIER=1"], "{barrier:?}");
+    let status = exited(old).await;
+    assert!(status.success(), "the old lb run's exit status: {status}");
+    // Whatever came meanwhile (the new one's READY=1 once running): no STOPPING=1.
+    let mut buf = vec![0u8; 4096];
+    while let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_millis(300), socket.recv(&mut buf)).await
+    {
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(
+            !lines(&message).contains(&"STOPPING=1"),
+            "a STOPPING=1 after the hand-over: {message:?}\nthe old one's log:\n{}",
+            std::fs::read_to_string(&old_log).unwrap_or_default()
+        );
+    }
+    assert!(
+        get(web, "/").await.starts_with("HTTP/1.1 200"),
+        "the new process serves"
+    );
+    new.signal(libc::SIGTERM);
+    let stopping = next_message(&socket, Duration::from_secs(10), &new_log).await;
+    assert!(lines(&stopping).contains(&"STOPPING=1"), "{stopping:?}");
+    assert!(exited(new).await.success());
+}
+
+/// A SIGHUP while `lb run` starts (before it is ready) used to end it with the default
+/// action. Sent from its first log line on, every millisecond for 200 ms: the daemon lives,
+/// becomes ready, and reloads once for what came while it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_while_starting_is_held_and_becomes_a_reload() {
+    let dir = Dir::new("early-hup");
+    let (backend_port, _backend) = named_server("b1").await;
+    let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.0.join("lb.toml");
+    write_config(&config, api, web, backend_port);
+    let socket_path = dir.0.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    let log = dir.0.join("lb.log");
+    let mut daemon = lb_run(&config, &socket_path, &log);
+    // The first line is written by `lb run` itself (past the program's own start-up, which
+    // no handler can cover), before the daemon is ready.
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "lb run wrote nothing"
+        );
+        assert!(matches!(daemon.0.try_wait(), Ok(None)), "lb run exited");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let mut sent = 0;
+    let hups = std::time::Instant::now();
+    while hups.elapsed() < Duration::from_millis(200) {
+        daemon.signal(libc::SIGHUP);
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    if let Ok(Some(status)) = daemon.0.try_wait() {
+        panic!(
+            "lb run did not survive {sent} SIGHUPs while starting ({status}); its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    let ready = next_message(&socket, Duration::from_secs(30), &log).await;
+    assert!(lines(&ready).contains(&"READY=1"), "{ready:?}");
+    assert!(
+        get(api, "/api/v1/status").await.starts_with("HTTP/1.1 200"),
+        "the API"
+    );
+    // At least one reload after READY=1: the held SIGHUP (the later ones of the loop, when
+    // it outlasted the start, are ordinary reloads).
+    let reloading = next_message(&socket, Duration::from_secs(10), &log).await;
+    assert!(lines(&reloading).contains(&"RELOADING=1"), "{reloading:?}");
+    println!("{sent} SIGHUPs sent while starting");
+    // The rest is read away: a full datagram queue (10 by default) would block the daemon's
+    // next notification, as it would with a systemd that stopped reading.
+    let drain = tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while socket.recv(&mut buf).await.is_ok() {}
+    });
+    daemon.signal(libc::SIGTERM);
+    let status = exited(daemon).await;
+    drain.abort();
+    assert!(status.success(), "exit status {status}");
+}
+
+/// The /run/lb file names of the configuration `config`.
+fn run_files_of(config: &Path) -> Vec<String> {
+    let flat = config.to_string_lossy().trim_matches('/').replace('/', "-");
+    let mut found: Vec<String> = std::fs::read_dir("/run/lb")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| name.starts_with(&format!("{flat}.")))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// Each `lb run` used to leave its saved states (and more) in /run/lb for good: one set per
+/// configuration path ever run. Five runs of distinct configurations, each stopped cleanly
+/// and its directory removed (as a test does), then one killed: at a clean exit the
+/// hand-over socket goes and the saved states stay (a restart within the window restores
+/// them); the next start of any `lb run` prunes the files of a configuration that is gone,
+/// and the hand-over socket of a killed one, so the files never grow with the runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_files_do_not_pile_up() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: /run/lb needs root");
+        return;
+    }
+    let (backend_port, _backend) = named_server("b1").await;
+    // Kept to the end: dropping one removes its /run/lb files, which is what is tested.
+    let mut dirs = Vec::new();
+    for run in 0..5 {
+        let dir = Dir::new(&format!("files-{run}"));
+        let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = dir.0.join("lb.toml");
+        write_config(&config, api, web, backend_port);
+        let socket_path = dir.0.join("notify.sock");
+        let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+        let log = dir.0.join("lb.log");
+        let daemon = lb_run(&config, &socket_path, &log);
+        let ready = next_message(&socket, Duration::from_secs(30), &log).await;
+        assert!(lines(&ready).contains(&"READY=1"), "{ready:?}");
+        let running = run_files_of(&config);
+        assert!(
+            running.iter().any(|f| f.ends_with(".handover")),
+            "run {run}: no hand-over socket while running: {running:?}"
+        );
+        daemon.signal(libc::SIGTERM);
+        assert!(exited(daemon).await.success());
+        let after = run_files_of(&config);
+        assert!(
+            !after.iter().any(|f| f.ends_with(".handover")),
+            "run {run}: the hand-over socket outlived a clean exit: {after:?}"
+        );
+        assert!(
+            after.iter().any(|f| f.ends_with(".states.json")),
+            "run {run}: the saved states, which a restart restores, are gone: {after:?}"
+        );
+        // The configuration goes now: the next start prunes its files.
+        std::fs::remove_dir_all(&dir.0).expect("remove the config's directory");
+        dirs.push(dir);
+    }
+    // One more start prunes the last one's files; then it is killed (no clean exit).
+    let dir = Dir::new("files-killed");
+    let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.0.join("lb.toml");
+    write_config(&config, api, web, backend_port);
+    let socket_path = dir.0.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    let log = dir.0.join("lb.log");
+    let mut killed = lb_run(&config, &socket_path, &log);
+    let ready = next_message(&socket, Duration::from_secs(30), &log).await;
+    assert!(lines(&ready).contains(&"READY=1"), "{ready:?}");
+    // Its states saved once (each second), as a crash would find them.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for run in 0..5 {
+        let gone = std::env::temp_dir()
+            .join(format!("lb-notify-files-{run}-{}", std::process::id()))
+            .join("lb.toml");
+        let left = run_files_of(&gone);
+        assert!(
+            left.is_empty(),
+            "run {run}'s configuration is gone but its files stay: {left:?}"
+        );
+    }
+    let _ = killed.0.kill();
+    let _ = killed.0.wait();
+    let left_by_kill = run_files_of(&config);
+    assert!(
+        left_by_kill.iter().any(|f| f.ends_with(".handover")),
+        "{left_by_kill:?}"
+    );
+    // Another start (the first run's configuration again, written anew) prunes the killed
+    // one's hand-over socket: nothing listens on it. Its states stay: fresh, and its
+    // configuration is still there for a restart.
+    let again = Dir::new("files-again");
+    let config_again = again.0.join("lb.toml");
+    let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    write_config(&config_again, api, web, backend_port);
+    let socket_path = again.0.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    let log = again.0.join("lb.log");
+    let daemon = lb_run(&config_again, &socket_path, &log);
+    let ready = next_message(&socket, Duration::from_secs(30), &log).await;
+    assert!(lines(&ready).contains(&"READY=1"), "{ready:?}");
+    let after_kill = run_files_of(&config);
+    assert!(
+        !after_kill.iter().any(|f| f.ends_with(".handover")),
+        "the killed run's hand-over socket was not pruned: {after_kill:?}"
+    );
+    assert!(
+        after_kill.iter().any(|f| f.ends_with(".states.json")),
+        "the killed run's fresh states were pruned: {after_kill:?}"
+    );
+    daemon.signal(libc::SIGTERM);
+    assert!(exited(daemon).await.success());
 }

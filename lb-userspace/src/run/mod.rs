@@ -5,6 +5,7 @@
 //! It lives above both [`crate::daemon`] and [`crate::api`] so that neither imports the
 //! other's way: the API reads the daemon, the daemon knows nothing of the API.
 
+mod files;
 mod handover;
 mod memory;
 mod notify;
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -41,6 +43,47 @@ pub struct RunOptions {
     pub restore_within: Duration,
 }
 
+/// Set by [`hold_hangups`]'s handler for a SIGHUP that came before the daemon listened for
+/// them itself; the daemon reloads once ready.
+static HELD_HANGUP: AtomicBool = AtomicBool::new(false);
+/// True until the daemon's own SIGHUP stream exists (from then on it gets every SIGHUP).
+static HANGUPS_EARLY: AtomicBool = AtomicBool::new(true);
+
+extern "C" fn hold_hangup(_: libc::c_int) {
+    if HANGUPS_EARLY.load(Ordering::Relaxed) {
+        HELD_HANGUP.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Makes a SIGHUP harmless from now on: one that comes while `lb run` starts (reading the
+/// configuration, loading the data path, taking sockets over) would otherwise end the
+/// process with the default action. It is held and becomes a reload once the daemon is
+/// ready. [`daemon`] calls it first thing; the command line may call it earlier still,
+/// before it reads the configuration and loads the XDP program (most of a start with
+/// Network vServices). Calling it again does nothing more.
+pub fn hold_hangups() {
+    // SAFETY: a zeroed sigaction with a handler that only stores to atomics (async-signal
+    // safe); SA_RESTART keeps interrupted system calls of the start going.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction != libc::SIG_DFL
+        {
+            return;
+        }
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = hold_hangup as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGHUP, &action, std::ptr::null_mut()) != 0 {
+            warn!(
+                "cannot hold SIGHUP during the start: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// Runs until SIGTERM or SIGINT, or until a successor (`lb run --upgrade`) took over;
 /// SIGHUP reloads `config_path`. `dp` is the loaded (or adopted) data path, if the
 /// configuration has Network vServices.
@@ -50,12 +93,19 @@ pub fn daemon(
     config_path: PathBuf,
     options: RunOptions,
 ) -> Result<()> {
+    hold_hangups();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(serve(dp, cfg, config_path, options))
+    // The daemon's own stream right away: a SIGHUP from now on waits in it for the loop.
+    let hup = {
+        let _inside = rt.enter();
+        signal(SignalKind::hangup())?
+    };
+    HANGUPS_EARLY.store(false, Ordering::Relaxed);
+    rt.block_on(serve(dp, cfg, config_path, options, hup))
 }
 
 async fn serve(
@@ -63,8 +113,18 @@ async fn serve(
     cfg: Config,
     config_path: PathBuf,
     options: RunOptions,
+    mut hup: tokio::signal::unix::Signal,
 ) -> Result<()> {
     let api = cfg.api.clone();
+    // Claimed first, so that the pruning below never takes this configuration's files.
+    let _owner = match files::claim(&config_path, options.restore_within) {
+        Ok(owner) => Some(owner),
+        Err(e) => {
+            warn!("{e:#}: this daemon's runtime files may be pruned by the next lb run");
+            None
+        }
+    };
+    files::prune();
     let mut taken = match options.upgrade {
         true => {
             let path = config_path.clone();
@@ -112,6 +172,11 @@ async fn serve(
         api_stop_rx,
     )?;
     if let Some(taken) = taken {
+        // Under systemd: this process becomes the unit's main process before the old one
+        // is told to go, so its exit never looks like the service's end.
+        tokio::task::spawn_blocking(notify::took_over)
+            .await
+            .context("telling systemd")?;
         tokio::task::spawn_blocking(move || Taken::serving(taken))
             .await
             .context("the hand-over")??;
@@ -121,31 +186,27 @@ async fn serve(
     let trimmer = memory::spawn();
     let (handed_over, mut successor) = mpsc::channel(1);
     let waiting = wait_for_successor(&config_path, daemon.clone(), api_socket, handed_over);
-    let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     info!("running; SIGHUP reloads {}", daemon.config_path().display());
     // The data path was attached before this function, the L7 and DNS listeners are bound
     // by `start_with`, the API's listener above and served by its task.
     notify::ready();
+    if HELD_HANGUP.swap(false, Ordering::Relaxed) {
+        info!("a SIGHUP came while starting: reloading now");
+        reload_telling_systemd(&daemon, &cluster).await;
+    }
     let upgraded = loop {
         tokio::select! {
-            _ = hup.recv() => {
-                notify::reloading();
-                match reload(&daemon, &cluster).await {
-                    Ok(()) => notify::reloaded(None),
-                    Err(e) => {
-                        warn!("{e:#}");
-                        notify::reloaded(Some(&format!("{e:#}")));
-                    }
-                }
-            }
+            _ = hup.recv() => reload_telling_systemd(&daemon, &cluster).await,
             _ = term.recv() => break false,
             _ = int.recv() => break false,
             Some(()) = successor.recv() => break true,
         }
     };
-    notify::stopping();
+    if !upgraded {
+        notify::stopping();
+    }
     trimmer.abort();
     // A successor follows etcd from now on (and writes the file); this process stops at once.
     cluster.stop().await;
@@ -160,10 +221,22 @@ async fn serve(
         info!("exiting; the new lb run serves");
     } else {
         running.stop().await;
-        let _ = std::fs::remove_file(handover::socket_path(&config_path));
+        files::clean_exit(&config_path);
         info!("exiting; the data path stays attached");
     }
     Ok(())
+}
+
+/// A SIGHUP's reload between RELOADING=1 and READY=1 (with the refusal in STATUS=).
+async fn reload_telling_systemd(daemon: &Daemon, cluster: &Cluster) {
+    notify::reloading();
+    match reload(daemon, cluster).await {
+        Ok(()) => notify::reloaded(None),
+        Err(e) => {
+            warn!("{e:#}");
+            notify::reloaded(Some(&format!("{e:#}")));
+        }
+    }
 }
 
 /// SIGHUP: the file as it is now. With etcd it is published (against the revision running
