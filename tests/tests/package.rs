@@ -127,11 +127,20 @@ fn check_files() {
     let depends = ok(Command::new("dpkg-query").args(["-W", "-f=${Depends}", "lb"]));
     assert!(depends.contains("libc6"), "Depends: {depends}");
     // The systemd fragments: the unit is known to systemd after an install or upgrade, a
-    // running daemon restarts after an upgrade, a removal stops it.
+    // running daemon hands over to the new binary after an upgrade (a reload, not the
+    // generated restart), a removal stops it. tests/systemd_unit.rs runs them under systemd.
     let postinst = std::fs::read_to_string("/var/lib/dpkg/info/lb.postinst").unwrap_or_default();
     assert!(
-        postinst.contains("daemon-reload") && postinst.contains("try-restart lb.service"),
+        postinst.contains("daemon-reload")
+            && postinst.contains("deb-systemd-invoke reload lb.service"),
         "postinst:\n{postinst}"
+    );
+    // A restart only as the fallback of a failed hand-over, never before it.
+    let reload = postinst.find("reload lb.service").unwrap_or(usize::MAX);
+    let restart = postinst.find("restart lb.service").unwrap_or(usize::MAX);
+    assert!(
+        restart > reload,
+        "postinst restarts instead of handing over:\n{postinst}"
     );
     let prerm = std::fs::read_to_string("/var/lib/dpkg/info/lb.prerm").unwrap_or_default();
     assert!(prerm.contains("stop lb.service"), "prerm:\n{prerm}");
@@ -254,8 +263,9 @@ fn check_unit() {
     let unit = std::fs::read_to_string("/usr/lib/systemd/system/lb.service").expect("unit");
     for line in [
         "Type=notify",
-        "ExecStart=/usr/bin/lb run --config /etc/lb/lb.toml",
-        "ExecReload=/bin/kill -HUP $MAINPID",
+        "NotifyAccess=all",
+        "Environment=\"LB_RUN_ARGS=--config /etc/lb/lb.toml\"",
+        "ExecStart=/usr/bin/lb run $LB_RUN_ARGS",
         "KillMode=mixed",
         "RuntimeDirectory=lb",
         "RuntimeDirectoryPreserve=yes",
