@@ -52,7 +52,7 @@ async fn s_ob_read_endpoints() {
     assert_eq!(members, ["g1", "b2"], "groups are expanded");
     let def = find(&site, "lists", "default");
     assert_eq!(find(def, "members", "spare")["role"], "backup");
-    assert_eq!(find(def, "members", "spare")["state"], "drained");
+    assert_eq!(find(def, "members", "spare")["state"], "standby");
     assert_eq!(find(def, "members", "b1")["state"], "eligible");
 
     // S-OB2: used in, with the list name.
