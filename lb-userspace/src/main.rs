@@ -189,6 +189,9 @@ fn load(t: &Target) -> Result<(DataPath, Config)> {
     for iface in &ifaces {
         dp.attach(iface, mode)?;
         info!(iface, "attached");
+        for problem in network::lab_warnings(iface) {
+            warn!(iface, "{problem}");
+        }
     }
     Ok((dp, cfg))
 }

@@ -20,6 +20,7 @@ mod state;
 mod status;
 mod sys;
 mod table;
+mod veth;
 mod writer;
 
 pub use loader::{
@@ -31,4 +32,5 @@ pub use reflect::{NetworkReflector, NetworkStatus};
 pub(crate) use state::{run_file, write_atomically};
 pub use status::{BackendStatus, Status, VipStatus};
 pub use table::{TableDump, digest_text};
+pub use veth::lab_warnings;
 pub use writer::{apply, apply_plan};
