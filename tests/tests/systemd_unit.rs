@@ -8,7 +8,8 @@
 //!   request, runs through `systemctl start`, `systemctl reload` (the hand-over: a new
 //!   `lb run --upgrade` becomes the main process) and `dpkg -i` of the same .deb again (the
 //!   maintainer scripts of an upgrade, whose postinst reloads): 0 failures, 0 refusals; the
-//!   XDP program is the same (same id) before and after, and the main PID changes;
+//!   XDP program is the same (same id) before and after, and the main PID changes; a reload
+//!   of a file with errors fails and the running process serves on;
 //! - `systemctl restart` is a stop and a start: its refusals are counted and printed, not
 //!   asserted (docs/install.md names reload as the verb that keeps every connection).
 //!
@@ -88,7 +89,8 @@ fn ensure_host_tools() {
     }
 }
 
-/// The first Debian mirror in the host's apt sources (deb.debian.org when none is found).
+/// The first Debian mirror in the host's apt sources (a URL whose path ends in /debian, so
+/// neither the security archive nor a third party's repository), else deb.debian.org.
 fn mirror() -> String {
     let mut text = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
     if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
@@ -98,7 +100,8 @@ fn mirror() -> String {
     }
     text.lines()
         .flat_map(|l| l.split_whitespace())
-        .find(|w| w.starts_with("http") && !w.contains("security"))
+        .map(|w| w.trim_end_matches('/'))
+        .find(|w| w.starts_with("http") && w.ends_with("/debian"))
         .map(str::to_owned)
         .unwrap_or_else(|| "http://deb.debian.org/debian".into())
 }
@@ -241,7 +244,7 @@ impl Container {
                 .arg(nspawn_pid.to_string()));
             container.pid1 = String::from_utf8_lossy(&ps.stdout)
                 .lines()
-                .filter_map(|l| l.split_once(char::is_whitespace))
+                .filter_map(|l| l.trim().split_once(char::is_whitespace))
                 .find(|(_, comm)| comm.trim() == "systemd")
                 .and_then(|(pid, _)| pid.trim().parse().ok())
                 .unwrap_or(0);
@@ -626,6 +629,23 @@ fn reload_and_package_upgrade_under_systemd_refuse_nothing() {
         "the XDP program changed at the upgrade"
     );
     std::thread::sleep(Duration::from_millis(500));
+
+    // A file with errors: the reload fails, and the running process serves on.
+    let config_path = container.root.join("etc/lb/lb.toml");
+    std::fs::write(&config_path, "[api]\nlisten = 5\n").expect("break the config");
+    let refused_reload = out(container.cmd("systemctl").args(["reload", "lb"]));
+    assert!(
+        !refused_reload.status.success(),
+        "a reload of a broken file succeeded"
+    );
+    assert_eq!(
+        container.property("MainPID"),
+        third_pid,
+        "a failed reload replaced the process"
+    );
+    assert_eq!(container.property("ActiveState"), "active");
+    std::fs::write(&config_path, config()).expect("the config again");
+    std::thread::sleep(Duration::from_millis(300));
     let (served, refused, failed, errors) = load.finish();
     println!("start -> reload -> upgrade: {served} requests, {refused} refused, {failed} failed");
     assert!(served > 100, "too few requests to mean anything: {served}");
