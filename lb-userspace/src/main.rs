@@ -215,6 +215,9 @@ fn apply(dp: &mut DataPath, cfg: &Config) -> Result<()> {
 
 /// Without Network vServices and interfaces the daemon runs without XDP (health, L7, API).
 fn daemon(r: &RunArgs) -> Result<()> {
+    // Before anything slow: a SIGHUP while the configuration is read and the data path
+    // loaded is held and becomes a reload once the daemon is ready.
+    lb::run::hold_hangups();
     let t = &r.target;
     let seconds = |value: f64, flag: &str| {
         std::time::Duration::try_from_secs_f64(value)

@@ -6,8 +6,9 @@
 //! `mod support;` brings this file only. The other files of this folder are helpers of other
 //! test binaries, each taken on its own as `mod support { pub mod NAME; }` so that a binary
 //! compiles only what it uses: l7.rs (l7_backup_maintenance, l7_failures, l7_protocols),
-//! http1.rs (l7_http1), api_node.rs (api_reads, api_changes) and config_issues.rs
-//! (config_errors_fields, config_errors_vservices, config_errors_all_at_once).
+//! http1.rs (l7_http1), api_node.rs (api_reads, api_changes), config_issues.rs
+//! (config_errors_fields, config_errors_vservices, config_errors_all_at_once) and gslb.rs
+//! (gslb, gslb_counters).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
