@@ -1,4 +1,4 @@
-//! Issue 19 (packaging, systemd `Type=notify`): a REAL `lb run` (no XDP; an HTTP vService
+//! Running under systemd (`Type=notify`, the packaged unit): a REAL `lb run` (no XDP; an HTTP vService
 //! on 127.0.0.1) started with NOTIFY_SOCKET set to a datagram socket this test binds:
 //! - READY=1 is its first message, and at that moment the API and the vService answer;
 //! - SIGHUP sends RELOADING=1 (with MONOTONIC_USEC) then READY=1, and a refused reload
@@ -155,7 +155,7 @@ fn lines(message: &str) -> Vec<&str> {
     message.lines().collect()
 }
 
-/// Issue 19: READY=1 only once the API and the listeners answer; RELOADING=1/READY=1
+/// READY=1 only once the API and the listeners answer; RELOADING=1/READY=1
 /// around SIGHUP (with the refusal in STATUS= when the file is bad); STOPPING=1 at SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lb_run_tells_systemd_ready_reloading_and_stopping() {
@@ -228,7 +228,7 @@ async fn lb_run_tells_systemd_ready_reloading_and_stopping() {
     assert!(status.expect("wait").success(), "lb run's exit status");
 }
 
-/// Issue 19: a NOTIFY_SOCKET that nobody listens on (a daemon started by hand from a
+/// A NOTIFY_SOCKET that nobody listens on (a daemon started by hand from a
 /// shell that had one) costs a warning, not the daemon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_notify_socket_is_only_a_warning() {
