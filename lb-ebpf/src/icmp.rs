@@ -7,7 +7,7 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::xdp_action,
-    helpers::generated::{bpf_csum_diff, bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
+    helpers::generated::{bpf_csum_diff, bpf_redirect, bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
     programs::XdpContext,
 };
 use lb_common::FAMILY_V4;
@@ -32,7 +32,19 @@ const OUTER6: usize = 40 + 8;
 /// TTL / hop limit of the answers.
 const HOP_LIMIT: u8 = 64;
 
-/// Turns the packet in `ctx` into the answer and returns XDP_TX, or `None` (nothing
+/// Sends the answer back out of the interface the packet came in on, as a redirect rather
+/// than `XDP_TX`: a veth passes on what XDP_TX sends only when its peer runs an XDP program
+/// (the kernel wakes a peer that merely has GRO on for redirects, not for XDP_TX), so in a
+/// namespace lab a client's veth would get the answer only with its next frame. The answer
+/// is rare, so the redirect's cost on a real NIC does not matter.
+#[inline(always)]
+fn send_back(ctx: &XdpContext) -> u32 {
+    // SAFETY: the context is the program's own; the helper only reads the index.
+    unsafe { bpf_redirect((*ctx.ctx).ingress_ifindex, 0) as u32 }
+}
+
+/// Turns the packet in `ctx` into the answer and returns its verdict (a redirect back out
+/// of the interface it came in on, [`send_back`]), or `None` (nothing
 /// changed, nothing called) when the caller should go on with the packet: an IPv4 packet
 /// without DF (the kernel fragments it) or a VLAN-tagged frame. Once a resize was tried,
 /// the packet's pointers are gone for the verifier, so every outcome is a verdict: XDP_PASS
@@ -126,7 +138,7 @@ fn write4(
         (*icmp).seq = mtu.to_be();
         (*icmp).check = !csum::fold(sum(icmp as usize, (8 + QUOTE4) as u32, 0));
     }
-    xdp_action::XDP_TX
+    send_back(ctx)
 }
 
 #[inline(always)]
@@ -171,5 +183,5 @@ fn write6(
         let total = pseudo + sum(icmp as usize, ICMP_LEN as u32, 0);
         (*icmp).check = !csum::fold(total);
     }
-    xdp_action::XDP_TX
+    send_back(ctx)
 }

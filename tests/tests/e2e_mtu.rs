@@ -7,8 +7,9 @@
 //! The balancer counts the packet in `too_big`.
 //!
 //! Needs root, the `lb` binary and the XDP object (`cargo xtask build`). The topology's
-//! veths carry the lab settings of docs/operations.md, so the answer (sent back with
-//! XDP_TX) reaches the client.
+//! veths carry the lab settings of docs/operations.md (GRO on the client's end, no XDP
+//! program there); the answer leaves by a redirect back out of the ingress interface, which
+//! such a veth delivers at once (an XDP_TX there waited for the client's next frame).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
