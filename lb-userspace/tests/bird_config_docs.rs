@@ -27,7 +27,7 @@ fn the_scale_out_page_shows_what_lb_bird_config_prints() {
     let page =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scale-out.md"))
             .expect("docs/scale-out.md");
-    let begin = "<!-- lb bird-config: begin -->\n```text\n";
+    let begin = "<!-- lb bird-config: begin -->\n```conf\n";
     let end = "```\n<!-- lb bird-config: end -->";
     let start = page.find(begin).expect("the page has the begin marker") + begin.len();
     let stop = start

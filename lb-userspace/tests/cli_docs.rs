@@ -88,7 +88,7 @@ fn code(markdown: &str) -> Vec<(usize, String)> {
                 .collect();
             let info = trimmed[marker.len()..].trim().to_ascii_lowercase();
             let data = [
-                "toml", "json", "yaml", "yml", "ini", "csv", "rust", "rs", "diff",
+                "toml", "json", "yaml", "yml", "ini", "csv", "rust", "rs", "diff", "conf",
             ];
             let read = !data
                 .iter()
