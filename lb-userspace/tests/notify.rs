@@ -119,8 +119,19 @@ fn lb_run_with(config: &Path, socket: &Path, log: &Path, more: &[&str]) -> Daemo
     Daemon(child)
 }
 
-/// The next datagram, within `limit`.
+/// The next datagram that is not an FD store message (`FDSTORE=1`, `FDSTOREREMOVE=1`: the
+/// sockets filed for a restart, which come around starts and reloads), within `limit`.
 async fn next_message(socket: &UnixDatagram, limit: Duration, log: &Path) -> String {
+    loop {
+        let message = next_any(socket, limit, log).await;
+        if !message.starts_with("FDSTORE") {
+            return message;
+        }
+    }
+}
+
+/// The next datagram, within `limit`.
+async fn next_any(socket: &UnixDatagram, limit: Duration, log: &Path) -> String {
     let mut buf = vec![0u8; 4096];
     match tokio::time::timeout(limit, socket.recv(&mut buf)).await {
         Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
@@ -155,7 +166,8 @@ fn lines(message: &str) -> Vec<&str> {
     message.lines().collect()
 }
 
-/// READY=1 only once the API and the listeners answer; RELOADING=1/READY=1
+/// READY=1 only once the API and the listeners answer, and their sockets are filed in the FD
+/// store (named by role and address); RELOADING=1/READY=1
 /// around SIGHUP (with the refusal in STATUS= when the file is bad); STOPPING=1 at SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lb_run_tells_systemd_ready_reloading_and_stopping() {
@@ -170,10 +182,26 @@ async fn lb_run_tells_systemd_ready_reloading_and_stopping() {
     let log = dir.0.join("lb.log");
     let mut daemon = lb_run(&config, &socket_path, &log);
 
-    let first = next_message(&socket, Duration::from_secs(30), &log).await;
+    // Before READY=1, only the listening sockets filed for a restart (systemd's FD store).
+    let mut filed = Vec::new();
+    let first = loop {
+        let message = next_any(&socket, Duration::from_secs(30), &log).await;
+        match message.strip_prefix("FDSTORE=1\nFDNAME=") {
+            Some(name) => filed.push(name.trim().to_owned()),
+            None => break message,
+        }
+    };
     assert!(
         lines(&first).contains(&"READY=1"),
         "the first notification is not READY=1: {first:?}"
+    );
+    filed.sort();
+    let named =
+        |role: &str, addr: SocketAddr| format!("{role}@{}", addr.to_string().replace(':', "_"));
+    assert_eq!(
+        filed,
+        [named("api", api), named("l7", web)],
+        "the sockets filed before READY=1"
     );
     // At this moment, without waiting: the API and the vService's listener answer.
     let status = get(api, "/api/v1/status").await;

@@ -92,6 +92,12 @@ impl Daemon {
         }
     }
 
+    /// Changes each time a configuration change is applied (a reload, the API, etcd): for
+    /// the parts that follow the listeners it may open or close (systemd's socket store).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.reload.subscribe()
+    }
+
     /// The configuration file the daemon was started with (changes are written back to it).
     pub fn config_path(&self) -> &Path {
         &self.config_path

@@ -45,6 +45,60 @@ pub(crate) enum Role {
     DnsTcp,
 }
 
+impl Role {
+    /// The role's word in a socket's name (the FD store's `FDNAME=`).
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Role::L7 => "l7",
+            Role::Api => "api",
+            Role::DnsUdp => "dns-udp",
+            Role::DnsTcp => "dns-tcp",
+        }
+    }
+
+    /// The role a word names, if any.
+    pub(crate) fn from_word(word: &str) -> Option<Role> {
+        [Role::L7, Role::Api, Role::DnsUdp, Role::DnsTcp]
+            .into_iter()
+            .find(|r| r.word() == word)
+    }
+}
+
+/// Listening sockets that a starting daemon takes instead of binding: from the `lb run` it
+/// replaces (an upgrade) or kept by systemd across a restart (the FD store).
+#[derive(Default)]
+pub(crate) struct Sockets {
+    /// L7 vService sockets by address.
+    pub l7: HashMap<SocketAddr, TcpListener>,
+    /// The API's socket, with its address.
+    pub api: Option<(SocketAddr, TcpListener)>,
+    /// DNS vService sockets.
+    pub dns: crate::gslb::DnsSockets,
+}
+
+impl Sockets {
+    /// Files `fd`, which serves `role` at `addr`.
+    pub(crate) fn add(&mut self, role: Role, addr: SocketAddr, fd: OwnedFd) {
+        match role {
+            Role::L7 => {
+                self.l7.insert(addr, TcpListener::from(fd));
+            }
+            Role::Api => self.api = Some((addr, TcpListener::from(fd))),
+            Role::DnsUdp => {
+                self.dns.udp.insert(addr, std::net::UdpSocket::from(fd));
+            }
+            Role::DnsTcp => {
+                self.dns.tcp.insert(addr, TcpListener::from(fd));
+            }
+        }
+    }
+
+    /// How many sockets.
+    pub(crate) fn len(&self) -> usize {
+        self.l7.len() + usize::from(self.api.is_some()) + self.dns.udp.len() + self.dns.tcp.len()
+    }
+}
+
 /// One message of the old daemon: the addresses of the sockets that come with it.
 #[derive(Debug, Serialize, Deserialize)]
 struct Batch {
@@ -67,12 +121,11 @@ pub(crate) fn socket_path(config_path: &Path) -> PathBuf {
 
 /// The sockets taken from the running daemon, and the line to it.
 pub(crate) struct Taken {
-    /// L7 vService sockets by address.
-    pub l7: HashMap<SocketAddr, TcpListener>,
-    /// The API's socket, with its address.
-    pub api: Option<(SocketAddr, TcpListener)>,
-    /// DNS vService sockets.
-    pub dns: crate::gslb::DnsSockets,
+    /// The sockets, which the new daemon listens on.
+    pub sockets: Sockets,
+    /// What each socket served, by name ([`Role::word`] and address), as the FD store
+    /// names them.
+    pub names: Vec<(Role, SocketAddr)>,
     line: UnixStream,
 }
 
@@ -98,9 +151,8 @@ pub(crate) fn take(config_path: &Path) -> Result<Taken> {
     })?;
     line.set_read_timeout(Some(PATIENCE))?;
     line.write_all(b"take 1\n")?;
-    let mut l7 = HashMap::new();
-    let mut api = None;
-    let mut dns = crate::gslb::DnsSockets::default();
+    let mut sockets = Sockets::default();
+    let mut names = Vec::new();
     loop {
         let (batch, fds) = receive(&line)?;
         if batch.sockets.len() != fds.len() {
@@ -111,27 +163,23 @@ pub(crate) fn take(config_path: &Path) -> Result<Taken> {
             );
         }
         for ((role, addr), fd) in batch.sockets.into_iter().zip(fds) {
-            match role {
-                Role::L7 => {
-                    l7.insert(addr, TcpListener::from(fd));
-                }
-                Role::Api => api = Some((addr, TcpListener::from(fd))),
-                Role::DnsUdp => {
-                    dns.udp.insert(addr, std::net::UdpSocket::from(fd));
-                }
-                Role::DnsTcp => {
-                    dns.tcp.insert(addr, TcpListener::from(fd));
-                }
-            }
+            names.push((role, addr));
+            sockets.add(role, addr, fd);
         }
         if !batch.more {
             break;
         }
         line.write_all(b"next\n")?;
     }
-    let sockets = l7.len() + usize::from(api.is_some()) + dns.udp.len() + dns.tcp.len();
-    info!(sockets, "took the listening sockets of the running lb run");
-    Ok(Taken { l7, api, dns, line })
+    info!(
+        sockets = sockets.len(),
+        "took the listening sockets of the running lb run"
+    );
+    Ok(Taken {
+        sockets,
+        names,
+        line,
+    })
 }
 
 /// Reads one batch line and the descriptors that came with it.

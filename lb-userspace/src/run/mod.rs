@@ -5,6 +5,7 @@
 //! It lives above both [`crate::daemon`] and [`crate::api`] so that neither imports the
 //! other's way: the API reads the daemon, the daemon knows nothing of the API.
 
+mod fdstore;
 mod files;
 mod handover;
 mod memory;
@@ -27,6 +28,7 @@ use crate::cluster::{Cluster, Edit};
 use crate::config::Config;
 use crate::daemon::Daemon;
 use crate::network::DataPath;
+use fdstore::FdStore;
 use handover::{Role, Taken};
 
 /// How `lb run` starts and ends.
@@ -125,16 +127,23 @@ async fn serve(
         }
     };
     files::prune();
-    let mut taken = match options.upgrade {
+    // The sockets to listen on instead of binding: the running process's (an upgrade) or
+    // those systemd kept across a restart.
+    let (mut sockets, taken, mut store) = match options.upgrade {
         true => {
             let path = config_path.clone();
             let taken = tokio::task::spawn_blocking(move || handover::take(&path));
-            Some(taken.await.context("the hand-over")??)
+            let mut taken = taken.await.context("the hand-over")??;
+            let store = FdStore::after_handover(&taken.names);
+            (std::mem::take(&mut taken.sockets), Some(taken), store)
         }
-        false => None,
+        false => {
+            let (store, sockets) = FdStore::inherit();
+            (sockets, None, store)
+        }
     };
     // Before anything starts: a daemon nobody can reach is refused, not half-started.
-    let api_listener = match taken.as_mut().and_then(|t| t.api.take()) {
+    let api_listener = match sockets.api.take() {
         Some((addr, socket)) if addr == api.listen => {
             socket.set_nonblocking(true)?;
             TcpListener::from_std(socket).context("the API socket handed over")?
@@ -145,14 +154,8 @@ async fn serve(
         api_listener.local_addr().context("the API's address")?,
         api_listener.as_fd().try_clone_to_owned()?,
     );
-    let inherited = taken
-        .as_mut()
-        .map(|t| std::mem::take(&mut t.l7))
-        .unwrap_or_default();
-    let dns = taken
-        .as_mut()
-        .map(|t| std::mem::take(&mut t.dns))
-        .unwrap_or_default();
+    let inherited = std::mem::take(&mut sockets.l7);
+    let dns = std::mem::take(&mut sockets.dns);
     let start = crate::daemon::StartOptions {
         inherited,
         dns,
@@ -185,12 +188,22 @@ async fn serve(
     cluster.follow();
     let trimmer = memory::spawn();
     let (handed_over, mut successor) = mpsc::channel(1);
-    let waiting = wait_for_successor(&config_path, daemon.clone(), api_socket, handed_over);
+    let api_socket = Arc::new(api_socket);
+    let waiting = wait_for_successor(
+        &config_path,
+        daemon.clone(),
+        api_socket.clone(),
+        handed_over,
+    );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     info!("running; SIGHUP reloads {}", daemon.config_path().display());
     // The data path was attached before this function, the L7 and DNS listeners are bound
     // by `start_with`, the API's listener above and served by its task.
+    // Every applied change (a SIGHUP, the API, etcd) may open or close listeners, which the
+    // FD store follows.
+    let mut changes = daemon.changes();
+    store.sync(&listening_sockets(&daemon, &api_socket).await);
     notify::ready();
     if HELD_HANGUP.swap(false, Ordering::Relaxed) {
         info!("a SIGHUP came while starting: reloading now");
@@ -202,6 +215,9 @@ async fn serve(
             _ = term.recv() => break false,
             _ = int.recv() => break false,
             Some(()) = successor.recv() => break true,
+            Ok(()) = changes.changed() => {
+                store.sync(&listening_sockets(&daemon, &api_socket).await);
+            }
         }
     };
     if !upgraded {
@@ -266,7 +282,7 @@ async fn reload(daemon: &Daemon, cluster: &Cluster) -> Result<()> {
 fn wait_for_successor(
     config_path: &Path,
     daemon: Arc<Daemon>,
-    api_socket: (SocketAddr, OwnedFd),
+    api_socket: Arc<(SocketAddr, OwnedFd)>,
     done: mpsc::Sender<()>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let listener = match handover::listen(config_path) {
@@ -276,7 +292,6 @@ fn wait_for_successor(
             return None;
         }
     };
-    let api_socket = Arc::new(api_socket);
     Some(tokio::spawn(async move {
         loop {
             let Ok((line, _)) = listener.accept().await else {
@@ -288,7 +303,7 @@ fn wait_for_successor(
             let answered = tokio::task::spawn_blocking(move || {
                 let line = line.into_std()?;
                 line.set_nonblocking(false)?;
-                let sockets = || sockets_of(&runtime, &daemon, &api_socket);
+                let sockets = || runtime.block_on(listening_sockets(&daemon, &api_socket));
                 let before = || {
                     if let Err(e) = daemon.save_health_states() {
                         warn!("saving the health states for the new lb run: {e:#}");
@@ -312,8 +327,7 @@ fn wait_for_successor(
 }
 
 /// Copies of every listening socket: each L7 vService's, each DNS vService's and the API's.
-fn sockets_of(
-    runtime: &tokio::runtime::Handle,
+async fn listening_sockets(
     daemon: &Daemon,
     api: &(SocketAddr, OwnedFd),
 ) -> Vec<(Role, SocketAddr, OwnedFd)> {
@@ -324,7 +338,7 @@ fn sockets_of(
         .into_iter()
         .map(|(addr, fd)| (Role::L7, addr, fd))
         .collect();
-    for (addr, udp, tcp) in runtime.block_on(daemon.dns_sockets()) {
+    for (addr, udp, tcp) in daemon.dns_sockets().await {
         out.push((Role::DnsUdp, addr, udp));
         out.push((Role::DnsTcp, addr, tcp));
     }
