@@ -12,6 +12,8 @@
 //! packets.
 #![no_std]
 
+pub mod decap;
+
 /// Names of the maps, as declared in the eBPF object and pinned under the pin directory.
 pub mod names {
     /// VIP table: [`VipKey`](crate::VipKey) -> [`VipMeta`](crate::VipMeta).
