@@ -85,6 +85,48 @@ pub struct RunArgs {
     pub restore_within: f64,
 }
 
+/// How `lb decap` attaches its program.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DecapMode {
+    /// Native (driver) XDP.
+    #[value(alias = "drv")]
+    Native,
+    /// Generic (skb) XDP, for NICs without native support.
+    Skb,
+}
+
+/// `lb decap`: one subcommand with three actions, so that the attach, the status and the
+/// detach of one interface read alike.
+#[derive(clap::Args)]
+pub struct DecapArgs {
+    /// Interface the tunnel packets arrive on (for --status: only this one).
+    #[arg(long, required_unless_present = "status")]
+    pub iface: Option<String>,
+    /// Attach mode, when the program is attached anew.
+    #[arg(long, value_enum, default_value_t = DecapMode::Native)]
+    pub mode: DecapMode,
+    /// A balancer's address or prefix (192.0.2.0/24, 2001:db8::/48); repeat for several.
+    /// Given, other outer sources are dropped; none: any source.
+    #[arg(long = "source", value_name = "PREFIX")]
+    pub sources: Vec<crate::agent::Prefix>,
+    /// A VIP inner packets may be addressed to; repeat for several. Given, other inner
+    /// destinations are dropped; none: any.
+    #[arg(long = "vip", value_name = "ADDR")]
+    pub vips: Vec<std::net::IpAddr>,
+    /// bpffs directory under which each interface's pins go (`DIR/IF/`).
+    #[arg(long, default_value = crate::agent::DEFAULT_PIN_BASE)]
+    pub pin_dir: PathBuf,
+    /// Print the counters (summed over CPUs) and the configured sources and VIPs.
+    #[arg(long, conflicts_with_all = ["detach", "sources", "vips"])]
+    pub status: bool,
+    /// With --status: JSON instead of text.
+    #[arg(long, requires = "status")]
+    pub json: bool,
+    /// Detach from --iface and remove its pins.
+    #[arg(long, conflicts_with_all = ["sources", "vips"])]
+    pub detach: bool,
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Load (or adopt) the data path, attach it, write the config's VIPs, and exit.
@@ -119,6 +161,10 @@ pub enum Command {
     /// A Network vService's Maglev table as the kernel holds it (one backend per entry) and
     /// its digest: balancers whose digests agree send every flow to the same backend.
     Table(crate::api::table::TableArgs),
+    /// The backend agent: strip the outer header of the balancer's tunnel packets (IPIP,
+    /// IP6IP6, 4in6, 6in4) on a backend whose kernel has no tunnel devices. Attaches (or
+    /// updates in place) with --iface; --status reads its counters; --detach removes it.
+    Decap(DecapArgs),
     /// Validate a configuration file and print every error.
     CheckConfig {
         /// Configuration file (TOML).

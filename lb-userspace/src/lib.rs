@@ -8,6 +8,7 @@
 //! layer records into it. `command_line` (the clap definitions of `lb`) stands beside `run`
 //! at the top.
 
+pub mod agent;
 pub mod api;
 pub mod cluster;
 pub mod command_line;

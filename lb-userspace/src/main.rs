@@ -7,7 +7,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use aya::programs::XdpMode;
 use clap::Parser;
-use lb::command_line::{Cli, Command, DEFAULT_CONFIG, LogFormat, Mode, RunArgs, Target};
+use lb::command_line::{
+    Cli, Command, DEFAULT_CONFIG, DecapArgs, DecapMode, LogFormat, Mode, RunArgs, Target,
+};
 use lb::config::{self, AttachMode, Config};
 use lb::network::{self, DataPath, LoadOptions};
 use tracing::{info, warn};
@@ -75,6 +77,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Man { dir } => man_pages(&dir),
+        Command::Decap(args) => decap(&args),
         Command::BirdConfig { config } => {
             let cfg = read_config(&config)?;
             if !cfg.bgp.enabled {
@@ -101,6 +104,49 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `lb decap`: the backend agent's attach (or update), status, or detach.
+fn decap(args: &DecapArgs) -> Result<()> {
+    let base = &args.pin_dir;
+    if args.status {
+        let all = lb::agent::status(base, args.iface.as_deref())?;
+        if args.json {
+            let list: Vec<serde_json::Value> = all.iter().map(|s| s.json()).collect();
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        } else if all.is_empty() {
+            println!(
+                "lb-decap is attached to no interface (nothing under {})",
+                base.display()
+            );
+        } else {
+            for s in &all {
+                print!("{s}");
+            }
+        }
+        return Ok(());
+    }
+    let iface = args.iface.clone().context("--iface is required")?;
+    if args.detach {
+        let dir = lb::agent::detach(base, &iface)?;
+        println!(
+            "lb-decap detached from {iface}; pins under {} removed",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let report = lb::agent::attach(&lb::agent::AttachRequest {
+        iface,
+        mode: match args.mode {
+            DecapMode::Native => XdpMode::Driver,
+            DecapMode::Skb => XdpMode::Skb,
+        },
+        sources: args.sources.clone(),
+        vips: args.vips.clone(),
+        pin_base: base.clone(),
+    })?;
+    print!("{report}");
+    Ok(())
 }
 
 /// After the last detach: withdraws the VIP routes of `config`'s `[bgp]` table, since no

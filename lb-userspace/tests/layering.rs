@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("proxy", 3),
     ("gslb", 3),
     ("routing", 3),
+    ("agent", 3),
     ("daemon", 4),
     ("cluster", 5),
     ("api", 6),

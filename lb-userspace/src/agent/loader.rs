@@ -1,0 +1,242 @@
+//! Loading the agent's object, or opening the copy pinned for an interface, and attaching
+//! it. Each interface has a pin directory of its own (`<base>/<IF>/`: `prog`, `link`,
+//! `maps/NAME`), so the program stays attached after `lb decap` exits and a second run
+//! finds it and rewrites its maps in place.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use aya::maps::{Map, MapData};
+use aya::programs::links::Link as _;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+use aya_obj::programs::XdpAttachType;
+use lb_common::decap::names;
+
+use super::maps::{DecapMaps, MAP_NAMES};
+
+/// Where each interface's pins go by default: `/sys/fs/bpf/lb-decap/<IF>/`, apart from the
+/// balancer's `/sys/fs/bpf/lb`, since both may run on one host.
+pub const DEFAULT_PIN_BASE: &str = "/sys/fs/bpf/lb-decap";
+
+fn prog_pin(dir: &Path) -> PathBuf {
+    dir.join("prog")
+}
+
+fn link_pin(dir: &Path) -> PathBuf {
+    dir.join("link")
+}
+
+fn map_pin(dir: &Path, name: &str) -> PathBuf {
+    dir.join("maps").join(name)
+}
+
+/// The program belongs to this process, or was opened from its pin.
+enum Program {
+    Owned(Box<Ebpf>),
+    Pinned(Box<Xdp>),
+}
+
+/// The agent's program and maps for one interface.
+pub struct Agent {
+    program: Program,
+    /// The maps, to write settings and read counters.
+    pub maps: DecapMaps,
+    dir: Option<PathBuf>,
+    verified: Option<u32>,
+}
+
+impl Agent {
+    /// Loads `object` into the kernel; with `dir`, pins the program and maps there (`None`
+    /// keeps a private copy, for tests).
+    pub fn load(object: &[u8], dir: Option<&Path>) -> Result<Agent> {
+        let mut ebpf = EbpfLoader::new()
+            .load(object)
+            .context("loading the agent's XDP object into the kernel")?;
+        if let Some(dir) = dir {
+            // Leftovers of an interrupted run: a fresh program starts from fresh pins.
+            let _ = fs::remove_dir_all(dir);
+            fs::create_dir_all(dir.join("maps"))
+                .with_context(|| format!("creating pin directory {}", dir.display()))?;
+        }
+        let mut maps = Vec::new();
+        for name in MAP_NAMES {
+            let map = ebpf
+                .take_map(name)
+                .ok_or_else(|| anyhow!("the agent's object has no map {name}"))?;
+            if let Some(dir) = dir {
+                let path = map_pin(dir, name);
+                map.pin(&path)
+                    .with_context(|| format!("pinning map {name} at {}", path.display()))?;
+            }
+            maps.push(map);
+        }
+        let prog: &mut Xdp = ebpf
+            .program_mut(names::PROGRAM)
+            .ok_or_else(|| anyhow!("the agent's object has no program {}", names::PROGRAM))?
+            .try_into()?;
+        prog.load().context("verifying the agent's XDP program")?;
+        let verified = prog
+            .info()
+            .ok()
+            .and_then(|info| info.verified_instruction_count());
+        if let Some(dir) = dir {
+            prog.pin(prog_pin(dir))
+                .context("pinning the agent's XDP program")?;
+        }
+        Ok(Agent {
+            program: Program::Owned(Box::new(ebpf)),
+            maps: DecapMaps::new(maps)?,
+            dir: dir.map(Path::to_path_buf),
+            verified,
+        })
+    }
+
+    /// Opens the program and maps pinned in `dir`.
+    pub fn open(dir: &Path) -> Result<Agent> {
+        let mut maps = Vec::new();
+        for name in MAP_NAMES {
+            let path = map_pin(dir, name);
+            let data = MapData::from_pin(&path)
+                .with_context(|| format!("opening pinned map {}", path.display()))?;
+            maps.push(Map::from_map_data(data)?);
+        }
+        let prog = Xdp::from_pin(prog_pin(dir), XdpAttachType::Interface)
+            .with_context(|| format!("opening the program pinned in {}", dir.display()))?;
+        Ok(Agent {
+            program: Program::Pinned(Box::new(prog)),
+            maps: DecapMaps::new(maps)?,
+            dir: Some(dir.to_path_buf()),
+            verified: None,
+        })
+    }
+
+    /// Whether `dir` holds a pinned program to open.
+    pub fn pinned_in(dir: &Path) -> bool {
+        prog_pin(dir).exists()
+    }
+
+    /// Instructions the verifier processed when this process loaded the program (its
+    /// limit is 1,000,000); `None` for an opened pin or a kernel that does not say.
+    pub fn verified_instructions(&self) -> Option<u32> {
+        self.verified
+    }
+
+    /// The program, for attaching and for BPF_PROG_TEST_RUN.
+    pub fn program(&self) -> Result<&Xdp> {
+        match &self.program {
+            Program::Owned(ebpf) => Ok(ebpf
+                .program(names::PROGRAM)
+                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+                .try_into()?),
+            Program::Pinned(xdp) => Ok(xdp),
+        }
+    }
+
+    fn program_mut(&mut self) -> Result<&mut Xdp> {
+        match &mut self.program {
+            Program::Owned(ebpf) => Ok(ebpf
+                .program_mut(names::PROGRAM)
+                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+                .try_into()?),
+            Program::Pinned(xdp) => Ok(xdp),
+        }
+    }
+
+    /// Attaches to `iface` and pins the link, unless a link is pinned already. Returns
+    /// whether it attached now.
+    pub fn attach(&mut self, iface: &str, mode: XdpMode) -> Result<bool> {
+        let dir = self
+            .dir
+            .clone()
+            .ok_or_else(|| anyhow!("attaching needs a pin directory"))?;
+        let path = link_pin(&dir);
+        if path.exists() {
+            return Ok(false);
+        }
+        let xdp = self.program_mut()?;
+        let id = xdp
+            .attach(iface, mode)
+            .with_context(|| format!("attaching XDP to interface {iface} ({mode:?} mode)"))?;
+        let link = xdp.take_link(id)?;
+        let fd_link: FdLink = link
+            .try_into()
+            .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))?;
+        fd_link
+            .pin(&path)
+            .with_context(|| format!("pinning the link of {iface} at {}", path.display()))?;
+        Ok(true)
+    }
+}
+
+/// Whether `dir` has a pinned link (the program is attached through it).
+pub fn is_attached(dir: &Path) -> bool {
+    link_pin(dir).exists()
+}
+
+/// Detaches the program pinned in `dir` and removes every pin there, which unloads the
+/// program and frees its maps.
+pub fn detach(dir: &Path, iface: &str) -> Result<()> {
+    if !dir.exists() {
+        bail!(
+            "lb-decap is not attached to {iface}: nothing is pinned under {}",
+            dir.display()
+        );
+    }
+    let path = link_pin(dir);
+    if path.exists() {
+        let link = PinnedLink::from_pin(&path)
+            .map_err(|e| anyhow!("opening the link pinned at {}: {e}", path.display()))?;
+        let fd = link.unpin().context("removing the link pin")?;
+        fd.detach().context("detaching the XDP link")?;
+    }
+    fs::remove_dir_all(dir).with_context(|| format!("removing pins under {}", dir.display()))
+}
+
+/// Makes sure `dir` is on a mounted bpffs, mounting /sys/fs/bpf when nothing is there;
+/// refuses inside a mount namespace of its own (`ip netns exec` remounts /sys), where pins
+/// would vanish with this process and the program with them.
+pub fn ensure_bpffs(dir: &Path) -> Result<()> {
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && !is_bpffs(root) {
+        if own_mount_namespace() {
+            bail!(
+                "/sys/fs/bpf is not the host's bpf filesystem in this mount namespace (as \
+                 under `ip netns exec`): pins made here would vanish when lb exits. Run lb \
+                 with `nsenter --net=/run/netns/NS lb ...` instead"
+            );
+        }
+        fs::create_dir_all(root).context("creating /sys/fs/bpf")?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
+            .status()
+            .context("running mount -t bpf")?
+            .success();
+        if !ok {
+            bail!("/sys/fs/bpf is not a bpf filesystem and mounting one failed");
+        }
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating pin directory {}", dir.display()))
+}
+
+fn own_mount_namespace() -> bool {
+    let parent = format!("/proc/{}/ns/mnt", std::os::unix::process::parent_id());
+    match (fs::read_link("/proc/self/ns/mnt"), fs::read_link(parent)) {
+        (Ok(me), Ok(parent)) => me != parent,
+        _ => false,
+    }
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a zeroed statfs is a valid out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and st a properly sized out-parameter.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
