@@ -22,6 +22,11 @@ pub fn object() -> PathBuf {
     root().join("lb-ebpf/target/bpfel-unknown-none/release/lb-xdp")
 }
 
+/// The compiled object of the backend agent (`lb decap`).
+pub fn decap_object() -> PathBuf {
+    root().join("lb-ebpf/target/bpfel-unknown-none/release/lb-decap")
+}
+
 /// Builds lb-ebpf with Debian's compiler and precompiled BPF `core` (see the toolchain notes).
 pub fn ebpf() -> Result<()> {
     let mut cmd = Command::new("/usr/bin/cargo");
@@ -110,6 +115,7 @@ pub fn test(extra: &[String]) -> Result<()> {
         .args(extra)
         .env("LB_BIN", root().join("target/debug/lb"))
         .env("LB_XDP_OBJECT", object())
+        .env("LB_DECAP_OBJECT", decap_object())
         .env("LB_DEB", deb))?;
     // The CI soak: two minutes of load and faults; fails on a violation or a dead daemon.
     // Skipped when a test filter was given (the filter picks tests, not the soak).

@@ -1,6 +1,6 @@
-//! `cargo xtask package`: the Debian package of `lb` (cargo-deb), with the XDP object, the
-//! systemd unit, the default configuration, and the shell completions and man pages
-//! generated from `lb`'s own clap definitions.
+//! `cargo xtask package`: the Debian package of `lb` (cargo-deb), with the XDP objects (the
+//! balancer's and the backend agent's), the systemd unit, the default configuration, and the
+//! shell completions and man pages generated from `lb`'s own clap definitions.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +17,7 @@ fn staging() -> PathBuf {
     root().join("target/lb-package")
 }
 
-/// Copies the XDP object and writes the completions and man pages from the release `lb`.
+/// Copies the XDP objects and writes the completions and man pages from the release `lb`.
 fn stage(lb: &Path) -> Result<()> {
     let dir = staging();
     if dir.exists() {
@@ -27,6 +27,8 @@ fn stage(lb: &Path) -> Result<()> {
     std::fs::create_dir_all(dir.join("completions"))?;
     std::fs::copy(build::object(), dir.join("lb-xdp"))
         .with_context(|| format!("copying {}", build::object().display()))?;
+    std::fs::copy(build::decap_object(), dir.join("lb-decap"))
+        .with_context(|| format!("copying {}", build::decap_object().display()))?;
     for (shell, file) in [("bash", "lb.bash"), ("zsh", "_lb"), ("fish", "lb.fish")] {
         let script = output(Command::new(lb).args(["completions", shell]))?;
         if script.is_empty() {
