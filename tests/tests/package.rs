@@ -73,6 +73,7 @@ impl Drop for Netns {
 const FILES: &[&str] = &[
     "/usr/bin/lb",
     "/usr/lib/lb/lb-xdp",
+    "/usr/lib/lb/lb-decap",
     "/etc/lb/lb.toml",
     "/usr/lib/systemd/system/lb.service",
     "/usr/share/bash-completion/completions/lb",
