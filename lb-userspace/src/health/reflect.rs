@@ -130,7 +130,10 @@ struct WallTicker {
 }
 
 /// How far the wall clock and the tokio clock may disagree over one tick and still count as
-/// having advanced together.
+/// having advanced together; never more than a twentieth of the period, so that a paused
+/// test clock (which advances a whole period while the wall clock barely moves) is never
+/// taken for one that kept time, and a re-anchoring delays a boundary by a sliver of a
+/// period at most.
 const REANCHOR_SLACK: Duration = Duration::from_millis(500);
 
 impl WallTicker {
@@ -154,7 +157,7 @@ impl WallTicker {
         let now = (Instant::now(), SystemTime::now());
         let tokio_went = now.0.saturating_duration_since(self.anchor.0);
         let wall_went = now.1.duration_since(self.anchor.1).unwrap_or_default();
-        if tokio_went.abs_diff(wall_went) <= REANCHOR_SLACK {
+        if tokio_went.abs_diff(wall_went) <= REANCHOR_SLACK.min(self.period / 20) {
             self.anchor = now;
         } else {
             // This tick's wall time is the anchor's projection: see the type's doc.
