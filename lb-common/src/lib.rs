@@ -75,6 +75,14 @@ pub mod names {
     pub const ICMP_PROGRAM: &str = "lb_xdp_icmp";
     /// The program for packets that may be NAT replies, at `PROG_NAT_REPLY` of `PROGS`.
     pub const NAT_PROGRAM: &str = "lb_xdp_nat";
+    /// The program that encapsulates packets of tunnelled VIPs, at `PROG_TUNNEL` of `PROGS`.
+    pub const TUNNEL_PROGRAM: &str = "lb_xdp_tunnel";
+    /// Per-CPU hand-off from the balancer program to the tunnel program: one
+    /// [`TunnelJob`](crate::TunnelJob), written just before the tail call.
+    pub const TUNNEL_JOB: &str = "TUNNEL_JOB";
+    /// The prefixes outer sources are taken from: index `TUNNEL_SOURCE_V4` and
+    /// `TUNNEL_SOURCE_V6` -> [`TunnelSource`](crate::TunnelSource).
+    pub const TUNNEL_SOURCES: &str = "TUNNEL_SOURCES";
 }
 
 /// Highest number of VIPs (size of the VIP-indexed arrays).
@@ -114,8 +122,10 @@ pub const NEXTHOP_TTL_JIFFIES: u64 = 250;
 pub const PROG_ICMP_ERROR: u32 = 0;
 /// `PROGS` index of the program for packets that may be NAT replies.
 pub const PROG_NAT_REPLY: u32 = 1;
+/// `PROGS` index of the program that encapsulates packets of tunnelled VIPs.
+pub const PROG_TUNNEL: u32 = 2;
 /// Entries of `PROGS`.
-pub const PROG_COUNT: u32 = 2;
+pub const PROG_COUNT: u32 = 3;
 /// Flag for map-in-map inner arrays whose size may differ from the template.
 pub const BPF_F_INNER_MAP: u32 = 0x1000;
 /// Flag for arrays userspace may `mmap`: a new Maglev table is written with one copy into
@@ -216,7 +226,9 @@ impl Addr {
 /// Version 9: a packet the kernel would not forward (a wrong IPv4 header checksum,
 /// malformed IPv4 options, a martian source) is dropped and counted, never forwarded; an
 /// `lb` of this version does not adopt a program that forwards them.
-pub const LAYOUT_VERSION: u32 = 9;
+/// Version 10: tunnel forwarding: VIP flag `VIP_F_TUNNEL`, the program at `PROG_TUNNEL`,
+/// the `TUNNEL_SOURCES` and `TUNNEL_JOB` maps, global counters 16 and 17.
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// Address family marker stored in keys.
 pub const FAMILY_V4: u8 = 4;
@@ -235,6 +247,22 @@ pub const VIP_F_DSR: u32 = 1;
 /// unrecorded. DSR VIPs, and NAT TCP VIPs whose replies Maglev finds without doubt (their
 /// `NAT_BACKENDS` targets carry the table size); every other VIP records every flow.
 pub const VIP_F_FLOOD_GUARD: u32 = 4;
+
+/// `VipMeta.flags`: tunnel forwarding (S-TN1): the packet goes unchanged inside an outer
+/// IP header addressed to the backend (IPIP for IPv4, IP6IP6 for IPv6), to the FIB's next
+/// hop towards the backend.
+pub const VIP_F_TUNNEL: u32 = 8;
+
+/// `TUNNEL_SOURCES` index of the IPv4 outer source prefix.
+pub const TUNNEL_SOURCE_V4: u32 = 0;
+/// `TUNNEL_SOURCES` index of the IPv6 outer source prefix.
+pub const TUNNEL_SOURCE_V6: u32 = 1;
+/// Bytes an outer IPv4 header adds.
+pub const TUNNEL_OVERHEAD_V4: u16 = 20;
+/// Bytes an outer IPv6 header adds.
+pub const TUNNEL_OVERHEAD_V6: u16 = 40;
+/// TTL / hop limit of outer headers.
+pub const TUNNEL_HOP_LIMIT: u8 = 64;
 
 /// Most VIPs one `NAT_BACKENDS` entry names (a backend address and port shared by several
 /// NAT VIPs); a VIP beyond them is not named there. A server that runs each service on its
@@ -294,11 +322,17 @@ pub const GLOBAL_BAD_IP_OPTIONS: u32 = 14;
 /// 240/4; IPv6 ::, ::1, ff00::/8 (dropped, as the kernel drops them as martians).
 pub const GLOBAL_MARTIAN_SOURCE: u32 = 15;
 
+/// Index: packets of tunnelled VIPs encapsulated towards their backend.
+pub const GLOBAL_TUNNELLED: u32 = 16;
+/// Index: packets of tunnelled VIPs that could not be encapsulated and were dropped: a
+/// VLAN-tagged frame, no room in front of the frame, no outer source prefix for the family.
+pub const GLOBAL_TUNNEL_FAILED: u32 = 17;
+
 /// Most IPv6 extension headers (hop-by-hop, routing, destination options) walked before
 /// the upper-layer header; a longer chain goes to the kernel.
 pub const MAX_IPV6_EXT_HEADERS: usize = 4;
 /// Number of global counters.
-pub const GLOBAL_COUNT: u32 = 16;
+pub const GLOBAL_COUNT: u32 = 18;
 
 /// Key of the `NAT_BACKENDS` map: a reply's source. Replies of the VIPs whose backends keep
 /// the client's port (ANY-L3, Port Ranges) may come from any port: those VIPs are named under
@@ -413,6 +447,68 @@ pub struct BackendSlot {
     /// Index of this slot's Backend Service in `BACKEND_STATS` (one per Backend Service,
     /// shared by its slots in every VIP; given by userspace).
     pub counters: u32,
+}
+
+/// What the balancer program hands the tunnel program for the packet it tail-calls with:
+/// where the chosen backend is. Per CPU, written just before the call, read at once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunnelJob {
+    /// The backend's address, wire order (the outer destination).
+    pub addr: Addr,
+    /// The backend's next hop in `HOPS`.
+    pub hop: u32,
+    /// The next-hop generation read before the backend's slot.
+    pub generation: u32,
+}
+
+/// A prefix outer sources are taken from: the prefix's bits, then bits of the flow's hash,
+/// so that routers' ECMP and the backends' RSS spread flows, and every balancer builds the
+/// same outer source for the same flow (S-TN1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunnelSource {
+    /// The prefix's address, wire order, host bits zero.
+    pub addr: Addr,
+    /// The host bits (wire order), which the flow's hash fills.
+    pub host_mask: Addr,
+    /// 1 when set (a family with no prefix cannot be tunnelled).
+    pub set: u32,
+}
+
+impl TunnelSource {
+    /// The outer source of a flow whose hash is `hash` ([`tunnel_flow_hash`]): the prefix's
+    /// bits, the hash (rotated by a byte per word) in the host bits. `words` is 1 for IPv4,
+    /// 4 for IPv6; the other words stay zero.
+    #[inline(always)]
+    pub fn outer_source(&self, words: usize, hash: u32) -> [u32; 4] {
+        let prefix = self.addr.words();
+        let mask = self.host_mask.words();
+        let mut out = [0u32; 4];
+        let mut i = 0;
+        while i < words && i < 4 {
+            out[i] = (prefix[i] & !mask[i]) | (hash.rotate_left(8 * i as u32) & mask[i]);
+            i += 1;
+        }
+        out
+    }
+}
+
+/// The hash of a flow's client end (source address words and source port as they sit in
+/// the packet, read in native order; protocol) that tunnel forwarding puts in the outer source's host bits and
+/// the IPv6 flow label (S-TN1). A pure function of the packet, so every balancer builds
+/// the same outer header for the same flow; its bits are mixed so that a router's ECMP and
+/// a NIC's RSS, which hash the outer header alone, spread flows evenly.
+#[inline(always)]
+pub fn tunnel_flow_hash(saddr: &[u32; 4], words: usize, sport: u16, proto: u8) -> u32 {
+    let mut h = ((sport as u32) << 16) ^ (proto as u32) ^ 0x6c62_7475;
+    let mut i = 0;
+    while i < words && i < 4 {
+        h = (h ^ saddr[i]).wrapping_mul(0x9e37_79b1);
+        h ^= h >> 15;
+        i += 1;
+    }
+    h.wrapping_mul(0x85eb_ca6b) ^ (h >> 13)
 }
 
 /// A flow as seen on the wire: client to VIP, or, marked [`FLOW_KEY_REPLY`], backend to
@@ -625,6 +721,8 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::ClientKey {}
     unsafe impl aya::Pod for super::FlowValue {}
+    unsafe impl aya::Pod for super::TunnelJob {}
+    unsafe impl aya::Pod for super::TunnelSource {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::NatTargets {}

@@ -56,8 +56,23 @@ pub fn towards_backend<H: IpHeader>(
     index: u32,
     generation: u32,
 ) -> Result<Egress, Miss> {
-    let now = unsafe { bpf_jiffies64() };
     let len = unsafe { H::tot_len(pkt.ip) };
+    towards_backend_as(ctx, pkt, (&pkt.saddr, len), dst, index, generation)
+}
+
+/// [`towards_backend`] for a packet that leaves as `sent`: from another source and with
+/// another length than `pkt` (an encapsulated packet: its outer source and length).
+#[inline(always)]
+pub fn towards_backend_as<H: IpHeader>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    sent: (&[u32; 4], u16),
+    dst: &[u32; 4],
+    index: u32,
+    generation: u32,
+) -> Result<Egress, Miss> {
+    let (src, len) = sent;
+    let now = unsafe { bpf_jiffies64() };
     let kept = HOPS.get_ptr_mut(index);
     if let Some(hop) = kept {
         let hop = unsafe { &*hop };
@@ -65,7 +80,7 @@ pub fn towards_backend<H: IpHeader>(
             return Ok(Egress::of(hop));
         }
     }
-    let egress = query(ctx, pkt, &pkt.saddr, dst, len)?;
+    let egress = query(ctx, pkt, src, dst, len)?;
     if let Some(hop) = kept {
         // Shared by every CPU, without a lock: a racing writer writes the FIB's answer for
         // the same address (or, just after a configuration change gave the index to another
@@ -217,6 +232,13 @@ pub fn transmit<H>(ctx: &XdpContext, pkt: &Packet<H>, hop: &Egress) -> u32 {
         (*pkt.eth).dst = hop.dmac;
         (*pkt.eth).src = hop.smac;
     }
+    send(ctx, hop)
+}
+
+/// XDP_TX (the next hop is out of the interface the frame came in on) or XDP_REDIRECT,
+/// for a frame whose MACs are written.
+#[inline(always)]
+pub fn send(ctx: &XdpContext, hop: &Egress) -> u32 {
     if hop.ifindex == ctx.ingress_ifindex() as u32 {
         xdp_action::XDP_TX
     } else {

@@ -101,6 +101,10 @@ pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 pub const IPPROTO_ICMPV6: u8 = 58;
+/// IPv4 inside IP (IPIP).
+pub const IPPROTO_IPIP: u8 = 4;
+/// IPv6 inside IP.
+pub const IPPROTO_IPV6: u8 = 41;
 /// IPv6 extension headers the parser walks.
 pub const IPV6_HOPOPTS: u8 = 0;
 pub const IPV6_ROUTING: u8 = 43;

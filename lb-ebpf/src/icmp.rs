@@ -52,13 +52,31 @@ fn send_back(ctx: &XdpContext) -> u32 {
 /// not grow.
 #[inline(always)]
 pub fn too_big<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, mtu: u16) -> Option<u32> {
+    answer::<H, true>(ctx, pkt, mtu)
+}
+
+/// [`too_big`] for a packet of a tunnelled VIP, IPv4 without DF too: a tunnel cannot
+/// fragment it (the backend's agent would get fragments of the outer packet), so the client
+/// is told the usable MTU whatever DF says (S-TN2).
+#[inline(always)]
+pub fn too_big_for_tunnel<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>, mtu: u16) -> Option<u32> {
+    answer::<H, false>(ctx, pkt, mtu)
+}
+
+/// The answer; `NEEDS_DF`: an IPv4 packet without DF gets none (`None`).
+#[inline(always)]
+fn answer<H: IpHeader, const NEEDS_DF: bool>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    mtu: u16,
+) -> Option<u32> {
     if (pkt.ip as usize) != ctx.data() + ETH_LEN {
         return None;
     }
     let (client_mac, lb_mac) = unsafe { ((*pkt.eth).src, (*pkt.eth).dst) };
     let (client, vip) = (pkt.saddr, pkt.daddr);
     if H::FAMILY == FAMILY_V4 {
-        if unsafe { (*(pkt.ip as *mut Ipv4Hdr)).frag_off } & IP_DF == 0 {
+        if NEEDS_DF && unsafe { (*(pkt.ip as *mut Ipv4Hdr)).frag_off } & IP_DF == 0 {
             return None;
         }
         if let Err(verdict) = rebuild(ctx, OUTER4, ETH_LEN + QUOTE4) {

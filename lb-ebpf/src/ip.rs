@@ -4,10 +4,16 @@
 
 use aya_ebpf::bindings::bpf_fib_lookup as FibParams;
 use aya_ebpf::programs::XdpContext;
-use lb_common::{FAMILY_V4, FAMILY_V6};
+use lb_common::{
+    FAMILY_V4, FAMILY_V6, TUNNEL_HOP_LIMIT, TUNNEL_OVERHEAD_V4, TUNNEL_OVERHEAD_V6,
+    TUNNEL_SOURCE_V4, TUNNEL_SOURCE_V6,
+};
 
 use crate::csum;
-use crate::headers::{IPPROTO_ICMP, IPPROTO_ICMPV6, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr};
+use crate::headers::{
+    ETH_P_IP, ETH_P_IPV6, IP_DF, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
+    IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr,
+};
 use crate::sanity;
 
 /// Which address of the IP header a NAT rewrite changes.
@@ -32,6 +38,15 @@ pub trait IpHeader {
     const ICMP_PSEUDO_HEADER: bool;
     /// Words of the 16-byte address fields this family uses (the rest stay zero).
     const WORDS: usize;
+    /// This family's ethertype, wire order.
+    const ETHERTYPE: u16;
+    /// Bytes an outer header of this family adds (tunnel forwarding).
+    const TUNNEL_OVERHEAD: u16;
+    /// The protocol number that says an outer header of this family carries a packet of
+    /// this family (4 for IPIP, 41 for IP6IP6).
+    const TUNNEL_PROTO: u8;
+    /// This family's index in `TUNNEL_SOURCES`.
+    const TUNNEL_SOURCE: u32;
 
     /// TTL or hop limit.
     ///
@@ -56,6 +71,29 @@ pub trait IpHeader {
     /// # Safety
     /// As [`IpHeader::hop_limit`].
     unsafe fn tot_len(ip: *const Self) -> u16;
+
+    /// The DSCP and ECN bits (IPv4's TOS, IPv6's traffic class), which an outer header
+    /// copies.
+    ///
+    /// # Safety
+    /// As [`IpHeader::hop_limit`].
+    unsafe fn traffic_class(ip: *const Self) -> u8;
+
+    /// Writes an outer header at `outer` around a packet of `inner_len` bytes of this
+    /// family: from `src` to `dst`, the inner packet's traffic class, `TUNNEL_HOP_LIMIT`;
+    /// IPv4 with DF (the balancer answers what does not fit, S-TN2) and its checksum, IPv6
+    /// with the flow's hash as its flow label (routers' ECMP spreads by it).
+    ///
+    /// # Safety
+    /// `outer` points at a bounds-checked header's room of this type.
+    unsafe fn write_outer(
+        outer: *mut Self,
+        src: &[u32; 4],
+        dst: &[u32; 4],
+        inner_len: u16,
+        traffic_class: u8,
+        hash: u32,
+    );
 
     /// Puts the lookup's addresses into the FIB parameters.
     fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]);
@@ -83,6 +121,10 @@ impl IpHeader for Ipv4Hdr {
     const ICMP: u8 = IPPROTO_ICMP;
     const ICMP_PSEUDO_HEADER: bool = false;
     const WORDS: usize = 1;
+    const ETHERTYPE: u16 = ETH_P_IP;
+    const TUNNEL_OVERHEAD: u16 = TUNNEL_OVERHEAD_V4;
+    const TUNNEL_PROTO: u8 = IPPROTO_IPIP;
+    const TUNNEL_SOURCE: u32 = TUNNEL_SOURCE_V4;
 
     #[inline(always)]
     unsafe fn hop_limit(ip: *const Self) -> u8 {
@@ -118,6 +160,56 @@ impl IpHeader for Ipv4Hdr {
     }
 
     #[inline(always)]
+    unsafe fn traffic_class(ip: *const Self) -> u8 {
+        unsafe { (*ip).tos }
+    }
+
+    #[inline(always)]
+    unsafe fn write_outer(
+        outer: *mut Self,
+        src: &[u32; 4],
+        dst: &[u32; 4],
+        inner_len: u16,
+        traffic_class: u8,
+        _hash: u32,
+    ) {
+        let header = Ipv4Hdr {
+            ver_ihl: 0x45,
+            tos: traffic_class,
+            tot_len: inner_len.wrapping_add(TUNNEL_OVERHEAD_V4).to_be(),
+            id: 0,
+            frag_off: IP_DF,
+            ttl: TUNNEL_HOP_LIMIT,
+            proto: Self::TUNNEL_PROTO,
+            check: 0,
+            saddr: src[0],
+            daddr: dst[0],
+        };
+        // The header's ten 16-bit words, summed as they sit in memory.
+        let words = [
+            u16::from_ne_bytes([header.ver_ihl, header.tos]),
+            header.tot_len,
+            header.id,
+            header.frag_off,
+            u16::from_ne_bytes([header.ttl, header.proto]),
+            (header.saddr & 0xffff) as u16,
+            (header.saddr >> 16) as u16,
+            (header.daddr & 0xffff) as u16,
+            (header.daddr >> 16) as u16,
+        ];
+        let mut sum = 0u64;
+        let mut i = 0;
+        while i < words.len() {
+            sum += words[i] as u64;
+            i += 1;
+        }
+        unsafe {
+            *outer = header;
+            (*outer).check = !csum::fold(sum);
+        }
+    }
+
+    #[inline(always)]
     fn fib_addrs(params: &mut FibParams, src: &[u32; 4], dst: &[u32; 4]) {
         params.__bindgen_anon_3.ipv4_src = src[0];
         params.__bindgen_anon_4.ipv4_dst = dst[0];
@@ -140,6 +232,10 @@ impl IpHeader for Ipv6Hdr {
     const ICMP: u8 = IPPROTO_ICMPV6;
     const ICMP_PSEUDO_HEADER: bool = true;
     const WORDS: usize = 4;
+    const ETHERTYPE: u16 = ETH_P_IPV6;
+    const TUNNEL_OVERHEAD: u16 = TUNNEL_OVERHEAD_V6;
+    const TUNNEL_PROTO: u8 = IPPROTO_IPV6;
+    const TUNNEL_SOURCE: u32 = TUNNEL_SOURCE_V6;
 
     #[inline(always)]
     unsafe fn hop_limit(ip: *const Self) -> u8 {
@@ -165,6 +261,35 @@ impl IpHeader for Ipv6Hdr {
     #[inline(always)]
     unsafe fn tot_len(ip: *const Self) -> u16 {
         u16::from_be(unsafe { (*ip).payload_len }).wrapping_add(IPV6_HDR_LEN as u16)
+    }
+
+    #[inline(always)]
+    unsafe fn traffic_class(ip: *const Self) -> u8 {
+        // Version (4 bits), then the traffic class (8), in wire order.
+        let first = u32::from_be(unsafe { (*ip).ver_tc_flow });
+        (first >> 20) as u8
+    }
+
+    #[inline(always)]
+    unsafe fn write_outer(
+        outer: *mut Self,
+        src: &[u32; 4],
+        dst: &[u32; 4],
+        inner_len: u16,
+        traffic_class: u8,
+        hash: u32,
+    ) {
+        let first = (6u32 << 28) | ((traffic_class as u32) << 20) | (hash & 0xf_ffff);
+        unsafe {
+            *outer = Ipv6Hdr {
+                ver_tc_flow: first.to_be(),
+                payload_len: inner_len.to_be(),
+                nexthdr: Self::TUNNEL_PROTO,
+                hop_limit: TUNNEL_HOP_LIMIT,
+                saddr: *src,
+                daddr: *dst,
+            };
+        }
     }
 
     #[inline(always)]

@@ -23,6 +23,7 @@ mod parse6;
 mod rewrite;
 mod sanity;
 mod stats;
+mod tunnel;
 mod vip;
 mod zeroed;
 
@@ -87,6 +88,20 @@ pub fn lb_xdp_nat(ctx: XdpContext) -> u32 {
         Err(_) => {
             stats::global(GLOBAL_NO_VIP);
             xdp_action::XDP_PASS
+        }
+    }
+}
+
+/// Packets of tunnelled VIPs (reached from [`lb_xdp`] by a tail call once their backend is
+/// chosen): encapsulated towards it.
+#[xdp]
+pub fn lb_xdp_tunnel(ctx: XdpContext) -> u32 {
+    match parse::parse(&ctx) {
+        Ok(Parsed::V4(pkt)) => tunnel::encapsulate(&ctx, &pkt),
+        Ok(Parsed::V6(pkt)) => tunnel::encapsulate(&ctx, &pkt),
+        Err(_) => {
+            stats::global(GLOBAL_TUNNEL_FAILED);
+            xdp_action::XDP_DROP
         }
     }
 }
@@ -171,10 +186,12 @@ fn martian<H: IpHeader>(pkt: &Packet<H>) -> bool {
     martian
 }
 
-/// A NAT packet whose hop limit would end here goes to the kernel (which answers it).
+/// A NAT packet whose hop limit would end here goes to the kernel (which answers it). DSR
+/// and tunnel forwarding leave the hop limit alone.
 #[inline(always)]
 fn ttl_expired<H: IpHeader>(pkt: &Packet<H>, meta: &VipMeta) -> bool {
-    let expired = meta.flags & VIP_F_DSR == 0 && unsafe { H::hop_limit(pkt.ip) } <= 1;
+    let expired =
+        meta.flags & (VIP_F_DSR | VIP_F_TUNNEL) == 0 && unsafe { H::hop_limit(pkt.ip) } <= 1;
     if expired {
         stats::global(GLOBAL_TTL_EXPIRED);
     }
@@ -206,7 +223,8 @@ fn to_backend<H: IpHeader>(
     forward(ctx, pkt, meta, &choice, generation)
 }
 
-/// Forwards a packet to the backend of `choice`: next hop, then the NAT rewrite or DSR as is.
+/// Forwards a packet to the backend of `choice`: encapsulated by the tunnel program, or
+/// next hop, then the NAT rewrite or DSR as is.
 #[inline(always)]
 fn forward<H: IpHeader>(
     ctx: &XdpContext,
@@ -217,6 +235,9 @@ fn forward<H: IpHeader>(
 ) -> u32 {
     let dsr = meta.flags & VIP_F_DSR != 0;
     let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
+    if meta.flags & VIP_F_TUNNEL != 0 {
+        return tunnel::hand_over(ctx, &backend_addr, hop, generation);
+    }
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);
     if let Err(Miss::TooBig(mtu)) = hop {

@@ -9,7 +9,7 @@ use lb_common::{
     AddrKey, BackendSlot, ClientKey, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE,
     FILTER_WORDS, FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS,
     MAX_HOPS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey, NatTargets, NextHop,
-    RangeData, VipById, VipKey, VipMeta,
+    RangeData, TunnelJob, TunnelSource, VipById, VipKey, VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -129,3 +129,12 @@ pub static FLOOD_GUARD: PerCpuArray<FloodGuard, 1> = PerCpuArray::new();
 /// Programs reached by tail call, indexed by `lb_common::PROG_*`.
 #[btf_map]
 pub static PROGS: ProgramArray<{ lb_common::PROG_COUNT as usize }> = ProgramArray::new();
+
+/// What the balancer program hands the tunnel program, per CPU (see `tunnel`).
+#[btf_map]
+pub static TUNNEL_JOB: PerCpuArray<TunnelJob, 1> = PerCpuArray::new();
+
+/// The outer source prefixes of tunnel forwarding, at `TUNNEL_SOURCE_V4` and
+/// `TUNNEL_SOURCE_V6`.
+#[btf_map]
+pub static TUNNEL_SOURCES: Array<TunnelSource, 2> = Array::new();

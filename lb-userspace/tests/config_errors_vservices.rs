@@ -749,3 +749,67 @@ fn header_condition_takes_exactly_one_matcher() {
     ]);
     assert_issue(&text, &f(""), 30, words);
 }
+
+// ----- tunnel forwarding (S-TN1) ----------------------------------------------------------
+
+#[test]
+fn ipip_needs_the_outer_source_prefix_of_its_family() {
+    let more = vservice(&[
+        "port = 80",
+        "forwarding = \"ipip\"",
+        "backends = [\"web1\"]",
+    ]);
+    let words = "`ipip` forwarding of an IPv4 VIP needs [xdp] tunnel_source_v4";
+    assert_issue(&with_backends(&more), "vservice[0].forwarding", 26, words);
+    // With the prefix the same vService is accepted.
+    let mut lines = more.clone();
+    lines.extend_from_slice(&["[xdp]", "tunnel_source_v4 = \"10.255.0.0/24\""]);
+    parse(&with_backends(&lines), "lb.toml").expect("accepted with a prefix");
+}
+
+#[test]
+fn ipip_backend_must_keep_the_port() {
+    let more = vservice(&[
+        "port = 80",
+        "forwarding = \"ipip\"",
+        "backends = [\"pool\"]",
+        "[xdp]",
+        "tunnel_source_v4 = \"10.255.0.0/24\"",
+    ]);
+    let words = "backend service `web2` has port 8080: ipip cannot change ports";
+    assert_issue(&with_backends(&more), "vservice[0].backends[0]", 27, words);
+}
+
+#[test]
+fn tunnel_source_must_be_a_prefix_of_its_family_without_host_bits() {
+    let cases = [
+        (
+            "tunnel_source_v4 = \"10.255.0.1/24\"",
+            "xdp.tunnel_source_v4",
+            "has host bits set; write the prefix as 10.255.0.0/24",
+        ),
+        (
+            "tunnel_source_v4 = \"fd00::/64\"",
+            "xdp.tunnel_source_v4",
+            "is not an IPv4 prefix",
+        ),
+        (
+            "tunnel_source_v4 = \"10.255.0.0\"",
+            "xdp.tunnel_source_v4",
+            "is not an IPv4 prefix",
+        ),
+        (
+            "tunnel_source_v6 = \"fd00:255::1/64\"",
+            "xdp.tunnel_source_v6",
+            "has host bits set; write the prefix as fd00:255::/64",
+        ),
+        (
+            "tunnel_source_v6 = \"10.0.0.0/8\"",
+            "xdp.tunnel_source_v6",
+            "is not an IPv6 prefix",
+        ),
+    ];
+    for (line, field, words) in cases {
+        assert_issue(&doc(&["[xdp]", line]), field, 2, words);
+    }
+}

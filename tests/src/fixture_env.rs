@@ -57,6 +57,22 @@ pub const NARROW_MTU6: u16 = 1280;
 /// A backend address on `fxb`'s subnet with no neighbour entry: its fib lookup fails.
 pub const UNRESOLVED_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
 
+/// A router on `fxb`'s segment (permanent neighbour), the gateway to the routed backends'
+/// subnets 10.2.0.0/24 and fd00:2::/64: backends that tunnel forwarding reaches through it.
+pub const ROUTER_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 254);
+/// The router's IPv6 address on `fxb`'s segment.
+pub const ROUTER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb, 0, 0, 0, 0, 0, 0xfe);
+/// The router's MAC.
+pub const ROUTER_MAC: Mac = [0x02, 0, 0, 0, 0x0b, 0xfe];
+/// A backend behind the router.
+pub const ROUTED_BACKEND: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 7);
+/// An IPv6 backend behind the router.
+pub const ROUTED_BACKEND6: Ipv6Addr = Ipv6Addr::new(0xfd00, 2, 0, 0, 0, 0, 0, 7);
+/// A backend behind the router on a path of MTU [`NARROW_MTU`].
+pub const ROUTED_NARROW: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 50);
+/// An IPv6 backend behind the router on a path of MTU [`NARROW_MTU6`].
+pub const ROUTED_NARROW6: Ipv6Addr = Ipv6Addr::new(0xfd00, 2, 0, 0, 0, 0, 0, 0x50);
+
 /// The balancer's IPv6 address on the client side (fd00:c::1/64 on `fxc`).
 pub const LB_CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xc, 0, 0, 0, 0, 0, 1);
 /// The balancer's IPv6 address on the backend side (fd00:b::1/64 on `fxb`).
@@ -272,6 +288,30 @@ impl FixtureEnv {
                 "-n", ns, "route", "add", &dst, "dev", dev, "mtu", "lock", &mtu,
             ])?;
         }
+        neighbour(ns, &ROUTER_IP.to_string(), &ROUTER_MAC, BACKEND_IF)?;
+        neighbour(ns, &ROUTER_IP6.to_string(), &ROUTER_MAC, BACKEND_IF)?;
+        let routed = [
+            ("10.2.0.0/24".to_string(), ROUTER_IP.to_string(), None),
+            ("fd00:2::/64".to_string(), ROUTER_IP6.to_string(), None),
+            (
+                format!("{ROUTED_NARROW}/32"),
+                ROUTER_IP.to_string(),
+                Some(NARROW_MTU),
+            ),
+            (
+                format!("{ROUTED_NARROW6}/128"),
+                ROUTER_IP6.to_string(),
+                Some(NARROW_MTU6),
+            ),
+        ];
+        for (dst, via, mtu) in routed {
+            let mut args = vec!["-n", ns, "route", "add", &dst, "via", &via];
+            let mtu = mtu.map(|m| m.to_string());
+            if let Some(mtu) = &mtu {
+                args.extend(["mtu", "lock", mtu]);
+            }
+            ip(&args)?;
+        }
         neighbour(ns, &NARROW_BACKEND.to_string(), &BACKENDS[0].1, BACKEND_IF)?;
         neighbour(ns, &NARROW_BACKEND6.to_string(), &BACKENDS[0].1, BACKEND_IF)?;
         neighbour(ns, &NARROW_CLIENT.to_string(), &CLIENT_MAC, CLIENT_IF)?;
@@ -333,6 +373,9 @@ mod tests {
             "{neigh}"
         );
         assert!(!neigh.contains("10.1.0.99"), "{neigh}");
+        // Routed backends: through the router.
+        assert!(route("10.2.0.7").contains("via 10.1.0.254 dev fxb"));
+        assert!(route("fd00:2::7").contains("via fd00:b::fe dev fxb"));
         // IPv6: connected routes, permanent neighbours, forwarding, no tentative address.
         assert!(route("fd00:b::11").contains("dev fxb"));
         assert!(route("fd00:b::99").contains("dev fxb"));

@@ -29,6 +29,8 @@ mod cases_mtu;
 mod cases_nat;
 #[path = "fixtures/cases_parse.rs"]
 mod cases_parse;
+#[path = "fixtures/cases_tunnel.rs"]
+mod cases_tunnel;
 #[path = "fixtures/config.rs"]
 mod config;
 #[path = "fixtures/ctx.rs"]
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
         cases_flood::list(),
         cases_ipv6_parse::list(),
         cases_header_checks::list(),
+        cases_tunnel::list(),
         // Last: its 100,000 frames leave flows behind.
         cases_fuzz::list(),
     ]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{BackendService, ByName, Config, Forwarding, PortSpec, VService, VServiceKind};
+use crate::config::{BackendService, ByName, Config, PortSpec, VService, VServiceKind};
 use crate::daemon::{Daemon, HealthReport};
 use crate::network::Status;
 use crate::proxy::VsCounts;
@@ -262,10 +262,7 @@ impl Snapshot {
             address: vs.address.to_string(),
             address6: vs.address6.map(|a| a.to_string()),
             ports: ports_text(vs.ports),
-            mode: vs.kind.is_network().then_some(match vs.forwarding {
-                Forwarding::Nat => "nat",
-                Forwarding::Dsr => "dsr",
-            }),
+            mode: vs.kind.is_network().then_some(vs.forwarding.name()),
             lists: self.lists_in(idx, vs),
             counters: self.counters(vs),
         }

@@ -87,6 +87,7 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
     let health_checks = health::health_checks(&doc.health_checks, issues);
     let backends = backends::backends(&doc, issues);
     let (vservices, listeners) = vservice::vservices(&doc.vservices, &backends, issues);
+    vservice::network::tunnel_sources(&doc.vservices, &xdp, issues);
     listeners::check_api(api.settings.listen, api.listen_span, &listeners, issues);
     let dns_context = dns::Context {
         vservices: &doc.vservices,

@@ -24,7 +24,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 19] = [
+const MAP_NAMES: [&str; 21] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -44,6 +44,8 @@ const MAP_NAMES: [&str; 19] = [
     names::FLOOD_GUARD,
     names::VIP_BY_ID,
     names::CONNS_CLASH,
+    names::TUNNEL_JOB,
+    names::TUNNEL_SOURCES,
 ];
 
 /// How to load the data path.
@@ -223,6 +225,11 @@ impl DataPath {
                 "ICMP errors",
             ),
             (names::NAT_PROGRAM, lb_common::PROG_NAT_REPLY, "NAT replies"),
+            (
+                names::TUNNEL_PROGRAM,
+                lb_common::PROG_TUNNEL,
+                "tunnel forwarding",
+            ),
         ];
         for (name, index, what) in tail_calls {
             let prog: &mut Xdp = ebpf
@@ -293,6 +300,34 @@ impl DataPath {
     /// called.
     pub fn set_flood_limit(&mut self, limit: u32) -> Result<()> {
         self.maps.set_flood_limit(limit)
+    }
+
+    /// Writes the outer source prefixes of tunnel forwarding (`[xdp] tunnel_source_v4`,
+    /// `tunnel_source_v6`); a family without one cannot be tunnelled (its packets are
+    /// dropped and counted, which the configuration's checks prevent).
+    pub fn set_tunnel_sources(&mut self, xdp: &crate::config::XdpSettings) -> Result<()> {
+        let v4 = xdp.tunnel_source_v4.map(ipnet::IpNet::V4);
+        let v6 = xdp.tunnel_source_v6.map(ipnet::IpNet::V6);
+        for (index, net) in [
+            (lb_common::TUNNEL_SOURCE_V4, v4),
+            (lb_common::TUNNEL_SOURCE_V6, v6),
+        ] {
+            let source = match net {
+                Some(net) => lb_common::TunnelSource {
+                    addr: lb_common::Addr::from_ip(net.network()).0,
+                    host_mask: lb_common::Addr::from_ip(net.hostmask()).0,
+                    set: 1,
+                },
+                None => lb_common::TunnelSource::default(),
+            };
+            if self.maps.tunnel_sources.get(&index, 0).ok() != Some(source) {
+                self.maps
+                    .tunnel_sources
+                    .set(index, source, 0)
+                    .context("writing TUNNEL_SOURCES")?;
+            }
+        }
+        Ok(())
     }
 
     /// True when this process adopted an already running data path.

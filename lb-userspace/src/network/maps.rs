@@ -9,7 +9,7 @@ use aya::maps::{
 };
 use lb_common::{
     AddrKey, BackendSlot, ClientKey, Counters, FloodGuard, FlowKey, FlowValue, NatBackendKey,
-    NatTargets, NextHop, RangeData, VipById, VipKey, VipMeta,
+    NatTargets, NextHop, RangeData, TunnelSource, VipById, VipKey, VipMeta,
 };
 
 /// One handle per map.
@@ -52,6 +52,12 @@ pub(crate) struct Maps {
     pub layout: Array<MapData, u32>,
     /// The connection table's flood guard, per CPU (`set_flood_limit`).
     pub flood_guard: PerCpuArray<MapData, FloodGuard>,
+    /// Written and read by the program only (its hand-off to the tunnel program); kept open
+    /// as the others.
+    #[allow(dead_code)]
+    pub tunnel_job: Map,
+    /// The outer source prefixes of tunnel forwarding (`set_tunnel_sources`).
+    pub tunnel_sources: Array<MapData, TunnelSource>,
 }
 
 /// A second descriptor of an array-type map, for the batched writes.
@@ -106,6 +112,10 @@ impl Maps {
             flood_guard: next("FLOOD_GUARD")?.try_into().context("FLOOD_GUARD")?,
             vip_by_id: next("VIP_BY_ID")?.try_into().context("VIP_BY_ID")?,
             conns_clash: next("CONNS_CLASH")?.try_into().context("CONNS_CLASH")?,
+            tunnel_job: next("TUNNEL_JOB")?,
+            tunnel_sources: next("TUNNEL_SOURCES")?
+                .try_into()
+                .context("TUNNEL_SOURCES")?,
         })
     }
 

@@ -21,8 +21,11 @@ pub struct VipPlan {
     pub proto: u8,
     /// Inclusive port range; a single port is (p, p); ANY-L3 is (0, 0).
     pub ports: (u16, u16),
-    /// Direct server return instead of NAT.
+    /// Replies go from the backend straight to the client (DSR or a tunnel), not through
+    /// the balancer (NAT).
     pub dsr: bool,
+    /// Delivered by tunnel (IPIP, IP6IP6) rather than at L2.
+    pub tunnel: bool,
     /// Maglev table size (prime).
     pub table_size: u32,
     /// The list, groups expanded, in order; shared by the VIPs whose lists, selection
@@ -99,7 +102,8 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
                 address,
                 proto,
                 ports,
-                dsr: vs.forwarding == Forwarding::Dsr,
+                dsr: vs.forwarding.is_direct(),
+                tunnel: vs.forwarding == Forwarding::Ipip,
                 table_size: vs.maglev_size,
                 backends,
             });

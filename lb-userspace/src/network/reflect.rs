@@ -117,8 +117,10 @@ impl NetworkReflector {
                     // Read first: the configuration loaded next is at least that reload's.
                     let generation = *generations.borrow();
                     let cfg = config.load();
-                    let result =
-                        plan(&cfg, &|name| v.get(name)).and_then(|vips| apply_plan(&mut dp, &vips));
+                    let result = dp
+                        .set_tunnel_sources(&cfg.xdp)
+                        .and_then(|()| plan(&cfg, &|name| v.get(name)))
+                        .and_then(|vips| apply_plan(&mut dp, &vips));
                     let mut slot = last_error.lock().unwrap_or_else(PoisonError::into_inner);
                     match result {
                         Ok(()) => {

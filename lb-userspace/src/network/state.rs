@@ -33,6 +33,9 @@ pub(crate) struct VipState {
     /// Inclusive port range; (0, 0) for ANY-L3.
     pub ports: (u16, u16),
     pub dsr: bool,
+    /// Delivered by tunnel (`VIP_F_TUNNEL`); `dsr` is set too.
+    #[serde(default)]
+    pub tunnel: bool,
     pub table_size: u32,
     /// Fingerprint of the Maglev input, to skip rebuilding an unchanged table.
     pub table_hash: u64,
@@ -166,6 +169,7 @@ pub(crate) fn test_vip(
         proto,
         ports,
         dsr,
+        tunnel: false,
         table_size: 0,
         table_hash: 0,
         table_digest: 0,

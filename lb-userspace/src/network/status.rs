@@ -8,7 +8,7 @@ use super::loader::DataPath;
 use super::maps::Maps;
 
 /// Names of the global counters, in index order.
-const GLOBAL_NAMES: [(&str, u32); 16] = [
+const GLOBAL_NAMES: [(&str, u32); 18] = [
     ("malformed", GLOBAL_MALFORMED),
     ("not_ip", GLOBAL_NOT_IP),
     ("fragment", GLOBAL_FRAGMENT),
@@ -25,6 +25,8 @@ const GLOBAL_NAMES: [(&str, u32); 16] = [
     ("bad_checksum", GLOBAL_BAD_CHECKSUM),
     ("bad_ip_options", GLOBAL_BAD_IP_OPTIONS),
     ("martian_source", GLOBAL_MARTIAN_SOURCE),
+    ("tunnelled", GLOBAL_TUNNELLED),
+    ("tunnel_failed", GLOBAL_TUNNEL_FAILED),
 ];
 
 /// Everything `lb status` shows.
@@ -125,7 +127,11 @@ impl DataPath {
                 } else {
                     format!("{}-{}", v.ports.0, v.ports.1)
                 },
-                mode: if v.dsr { "dsr".into() } else { "nat".into() },
+                mode: match (v.tunnel, v.dsr) {
+                    (true, _) => "ipip".into(),
+                    (false, true) => "dsr".into(),
+                    (false, false) => "nat".into(),
+                },
                 table_size: v.table_size,
                 table_digest: super::table::digest_text(v.table_digest),
                 counters: Maps::sum_counters(&self.maps.vip_stats, v.vip_id)?,

@@ -84,6 +84,8 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
             flood_guard_rate: 125_000,
             interfaces: Vec::new(),
             attach_mode: AttachMode::Driver,
+            tunnel_source_v4: None,
+            tunnel_source_v6: None,
         },
         reflection: ReflectionSettings {
             network_remove_delay: Duration::from_secs(9),

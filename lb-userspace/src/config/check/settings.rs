@@ -65,6 +65,63 @@ pub(in crate::config) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
         flood_guard_rate,
         interfaces: interfaces(raw.interfaces.as_deref().unwrap_or_default(), issues),
         attach_mode,
+        tunnel_source_v4: raw
+            .tunnel_source_v4
+            .as_ref()
+            .and_then(|p| prefix(p, "xdp.tunnel_source_v4", issues)),
+        tunnel_source_v6: raw
+            .tunnel_source_v6
+            .as_ref()
+            .and_then(|p| prefix(p, "xdp.tunnel_source_v6", issues)),
+    }
+}
+
+/// A tunnel source prefix (`ADDRESS/LENGTH` of the key's family; the host bits, which the
+/// flow's hash fills, must be zero so that the written prefix means what it says).
+fn prefix<N>(raw: &Spanned<String>, field: &str, issues: &mut Issues) -> Option<N>
+where
+    N: std::str::FromStr + Copy + Into<ipnet::IpNet>,
+{
+    let text = raw.get_ref();
+    let Ok(net) = text.parse::<N>() else {
+        let family = if field.ends_with("v4") {
+            "IPv4"
+        } else {
+            "IPv6"
+        };
+        issues.error(
+            &raw.span(),
+            field,
+            format!(
+                "`{text}` is not an {family} prefix such as {}",
+                example(field)
+            ),
+        );
+        return None;
+    };
+    let whole: ipnet::IpNet = net.into();
+    if whole.addr() != whole.network() {
+        issues.error(
+            &raw.span(),
+            field,
+            format!(
+                "`{text}` has host bits set; write the prefix as {}/{} (the flow's hash fills \
+                 the host bits)",
+                whole.network(),
+                whole.prefix_len()
+            ),
+        );
+        return None;
+    }
+    Some(net)
+}
+
+/// An example value of a tunnel source key, for its error messages.
+fn example(field: &str) -> &'static str {
+    if field.ends_with("v4") {
+        "10.255.0.0/24"
+    } else {
+        "fd00:255::/64"
     }
 }
 

@@ -277,6 +277,11 @@ pub struct XdpSettings {
     pub interfaces: Vec<String>,
     /// Attach mode. Default driver (native).
     pub attach_mode: AttachMode,
+    /// The prefix outer IPv4 sources of tunnel forwarding are taken from (the flow's hash
+    /// fills its host bits, so routers spread flows); required by IPv4 `ipip` vServices.
+    pub tunnel_source_v4: Option<ipnet::Ipv4Net>,
+    /// The same for outer IPv6 sources (and IPv6 `ipip` vServices).
+    pub tunnel_source_v6: Option<ipnet::Ipv6Net>,
 }
 
 /// XDP attach mode.
@@ -722,6 +727,27 @@ pub enum Forwarding {
     Nat,
     /// Direct server return; only the destination MAC changes.
     Dsr,
+    /// Tunnel forwarding (S-TN1): the packet goes unchanged inside an outer IP header of its
+    /// family (IPIP, IP6IP6) addressed to the backend, which may sit behind routers; its
+    /// agent (`lb decap`) removes the outer header and it answers the client directly.
+    Ipip,
+}
+
+impl Forwarding {
+    /// The mode's name in the configuration file and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forwarding::Nat => "nat",
+            Forwarding::Dsr => "dsr",
+            Forwarding::Ipip => "ipip",
+        }
+    }
+
+    /// True when replies go from the backend straight to the client (DSR, tunnels): the
+    /// balancer keeps no reverse translation and leaves ports and hop limits alone.
+    pub fn is_direct(self) -> bool {
+        !matches!(self, Forwarding::Nat)
+    }
 }
 
 /// A DNS vService (S-GS): authoritative for one zone, answering each configured name with

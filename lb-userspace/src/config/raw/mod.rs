@@ -31,6 +31,8 @@ pub(in crate::config) struct RawXdp {
     pub flood_guard_rate: Option<Spanned<i64>>,
     pub interfaces: Option<Vec<Spanned<String>>>,
     pub attach_mode: Option<RawAttachMode>,
+    pub tunnel_source_v4: Option<Spanned<String>>,
+    pub tunnel_source_v6: Option<Spanned<String>>,
 }
 
 /// `xdp.attach_mode`.
@@ -201,6 +203,7 @@ impl RawVServiceKind {
 pub(in crate::config) enum RawForwarding {
     Nat,
     Dsr,
+    Ipip,
 }
 
 /// `[api]`.

@@ -117,6 +117,8 @@ fn full_config_round_trips_into_the_model() {
             flood_guard_rate: 50_000,
             interfaces: vec!["veth0".into(), "veth1".into()],
             attach_mode: AttachMode::Skb,
+            tunnel_source_v4: None,
+            tunnel_source_v6: None,
         },
         proxy: ProxySettings {
             workers: Some(3),

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::config::check::backends::Backends;
 use crate::config::issues::Issues;
-use crate::config::model::{Forwarding, PortSpec, VService};
+use crate::config::model::{PortSpec, VService};
 use crate::config::raw::RawVService;
 use crate::config::raw::document::Entry;
 
@@ -112,12 +112,72 @@ fn port_problem(vservice: &VService, port: u16) -> Option<String> {
             "an any-l3 vservice forwards every protocol and port unchanged, set the port to 0"
                 .to_owned(),
         ),
-        (PortSpec::Single(own), Forwarding::Dsr) if own != port => Some(format!(
-            "dsr cannot change ports, set the port to 0 or {own}"
+        (PortSpec::Single(own), mode) if mode.is_direct() && own != port => Some(format!(
+            "{} cannot change ports, set the port to 0 or {own}",
+            mode.name()
         )),
-        (PortSpec::Range(..), Forwarding::Dsr) => {
-            Some("dsr cannot change ports, set the port to 0".to_owned())
-        }
+        (PortSpec::Range(..), mode) if mode.is_direct() => Some(format!(
+            "{} cannot change ports, set the port to 0",
+            mode.name()
+        )),
         _ => None,
+    }
+}
+
+/// Each `ipip` vService's families have an outer source prefix (`[xdp] tunnel_source_v4`,
+/// `tunnel_source_v6`): without one the data path could not build the outer header.
+pub(in crate::config) fn tunnel_sources(
+    entries: &[Entry<RawVService>],
+    xdp: &crate::config::model::XdpSettings,
+    issues: &mut Issues,
+) {
+    for entry in entries {
+        let raw = &entry.raw;
+        let Some(forwarding) = raw.forwarding.as_ref() else {
+            continue;
+        };
+        if !matches!(
+            forwarding.get_ref(),
+            crate::config::raw::RawForwarding::Ipip
+        ) {
+            continue;
+        }
+        let v4 = raw
+            .address
+            .get_ref()
+            .parse::<IpAddr>()
+            .ok()
+            .map(|a| a.is_ipv4());
+        let needs = [
+            (
+                v4 == Some(true),
+                xdp.tunnel_source_v4.is_some(),
+                "v4",
+                "IPv4",
+            ),
+            (
+                v4 == Some(false) || raw.address6.is_some(),
+                xdp.tunnel_source_v6.is_some(),
+                "v6",
+                "IPv6",
+            ),
+        ];
+        for (needed, set, key, family) in needs {
+            if needed && !set {
+                issues.error(
+                    &forwarding.span(),
+                    &format!("{}.forwarding", entry.path),
+                    format!(
+                        "`ipip` forwarding of an {family} VIP needs [xdp] tunnel_source_{key}, \
+                         the prefix outer sources are taken from (for example \"{}\")",
+                        if key == "v4" {
+                            "10.255.0.0/24"
+                        } else {
+                            "fd00:255::/64"
+                        }
+                    ),
+                );
+            }
+        }
     }
 }

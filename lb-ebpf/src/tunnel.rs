@@ -1,0 +1,135 @@
+//! Tunnel forwarding (S-TN1, S-TN2): the packet of a tunnelled VIP goes unchanged inside
+//! an outer IP header of its own family (IPIP for IPv4, IP6IP6 for IPv6) addressed to the
+//! chosen backend, to the FIB's next hop towards that backend, so that backends may sit
+//! behind routers; the backend's agent (`lb decap`) removes the outer header and the backend
+//! answers the client directly.
+//!
+//! The balancer program chooses the backend as for any VIP, then hands the packet over by a
+//! tail call ([`hand_over`]) to the tunnel program ([`encapsulate`]), so that the verifier
+//! checks the encapsulation apart from the balancer's path (inlined, the two exceed its
+//! budget), as it does for NAT replies and ICMP errors.
+//!
+//! The outer source is the family's configured prefix with the flow's hash in its host
+//! bits (and, for IPv6, the hash in the flow label too): routers' ECMP and the backends'
+//! RSS spread flows, and every balancer builds the same outer header for the same flow.
+
+use aya_ebpf::{
+    EbpfContext, bindings::xdp_action, helpers::generated::bpf_xdp_adjust_head,
+    programs::XdpContext,
+};
+use lb_common::{Addr, GLOBAL_FIB_PASS, GLOBAL_TOO_BIG, GLOBAL_TUNNEL_FAILED, GLOBAL_TUNNELLED};
+use lb_common::{PROG_TUNNEL, TunnelJob, tunnel_flow_hash};
+
+use crate::fib::{self, Miss};
+use crate::headers::EthHdr;
+use crate::icmp;
+use crate::ip::IpHeader;
+use crate::maps::{PROGS, TUNNEL_JOB, TUNNEL_SOURCES};
+use crate::parse::{Packet, ptr_at};
+use crate::stats;
+
+const ETH_LEN: usize = 14;
+
+/// Hands the packet to the tunnel program with its backend: `addr`, whose next hop is at
+/// `hop` in `HOPS`, read under next-hop `generation`. Returns only when that cannot be
+/// done (the program is not there): the packet is dropped and counted, since the kernel
+/// has no tunnel to send it through.
+#[inline(always)]
+pub fn hand_over(ctx: &XdpContext, addr: &[u32; 4], hop: u32, generation: u32) -> u32 {
+    if let Some(job) = TUNNEL_JOB.get_ptr_mut(0) {
+        // SAFETY: this CPU's copy; the tail call below runs on this CPU before any other
+        // packet does.
+        unsafe {
+            *job = TunnelJob {
+                addr: Addr::from_words(addr),
+                hop,
+                generation,
+            }
+        };
+        // Returns only when the program is not there.
+        unsafe { PROGS.tail_call(ctx, PROG_TUNNEL) };
+    }
+    stats::global(GLOBAL_TUNNEL_FAILED);
+    xdp_action::XDP_DROP
+}
+
+/// The tunnel program's work on a packet of family `H` handed over by [`hand_over`]:
+/// encapsulated and sent to the backend's next hop (`XDP_TX` or a redirect); without a
+/// usable next hop yet (a neighbour to resolve), encapsulated and passed to the kernel,
+/// which forwards it as any routed packet; too big once encapsulated, answered with the
+/// usable MTU (S-TN2).
+#[inline(always)]
+pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
+    let Some(job) = TUNNEL_JOB.get(0).copied() else {
+        return failed();
+    };
+    let Some(source) = TUNNEL_SOURCES.get(H::TUNNEL_SOURCE).copied() else {
+        return failed();
+    };
+    // A VLAN tag belongs to the interface the packet came in on, not to the one the
+    // backend is behind: such a frame is not rebuilt here.
+    if source.set == 0 || (pkt.ip as usize) != ctx.data() + ETH_LEN {
+        return failed();
+    }
+    let dst = *job.addr.words();
+    let hash = flow_hash(pkt);
+    let src = source.outer_source(H::WORDS, hash);
+    let inner_len = unsafe { H::tot_len(pkt.ip) };
+    let outer_len = inner_len.saturating_add(H::TUNNEL_OVERHEAD);
+    let hop = fib::towards_backend_as(ctx, pkt, (&src, outer_len), &dst, job.hop, job.generation);
+    if let Err(Miss::TooBig(mtu)) = hop {
+        stats::global(GLOBAL_TOO_BIG);
+        let usable = mtu.saturating_sub(H::TUNNEL_OVERHEAD);
+        return icmp::too_big_for_tunnel(ctx, pkt, usable).unwrap_or_else(failed);
+    }
+    let (arrived_dst, arrived_src) = unsafe { ((*pkt.eth).dst, (*pkt.eth).src) };
+    let traffic_class = unsafe { H::traffic_class(pkt.ip) };
+    let grow = -(H::TUNNEL_OVERHEAD as i32);
+    if unsafe { bpf_xdp_adjust_head(ctx.as_ptr() as *mut _, grow) } != 0 {
+        return failed();
+    }
+    let (start, end) = (ctx.data(), ctx.data_end());
+    let (Some(eth), Some(outer)) = (
+        ptr_at::<EthHdr>(start, end, 0),
+        ptr_at::<H>(start, end, ETH_LEN),
+    ) else {
+        return failed();
+    };
+    unsafe { H::write_outer(outer, &src, &dst, inner_len, traffic_class, hash) };
+    stats::global(GLOBAL_TUNNELLED);
+    match hop {
+        Ok(hop) => {
+            unsafe {
+                (*eth).dst = hop.dmac;
+                (*eth).src = hop.smac;
+                (*eth).proto = H::ETHERTYPE;
+            }
+            fib::send(ctx, &hop)
+        }
+        Err(_) => {
+            // Addressed as it arrived (to this host's MAC), so that the kernel takes it and
+            // forwards it to the backend, resolving the neighbour on the way.
+            unsafe {
+                (*eth).dst = arrived_dst;
+                (*eth).src = arrived_src;
+                (*eth).proto = H::ETHERTYPE;
+            }
+            stats::global(GLOBAL_FIB_PASS);
+            xdp_action::XDP_PASS
+        }
+    }
+}
+
+/// A packet that could not be encapsulated: counted and dropped (no kernel path would
+/// tunnel it).
+#[inline(always)]
+fn failed() -> u32 {
+    stats::global(GLOBAL_TUNNEL_FAILED);
+    xdp_action::XDP_DROP
+}
+
+/// The flow's hash, the same on every balancer (`lb_common::tunnel_flow_hash`).
+#[inline(always)]
+fn flow_hash<H: IpHeader>(pkt: &Packet<H>) -> u32 {
+    tunnel_flow_hash(&pkt.saddr, H::WORDS, pkt.sport, pkt.proto)
+}
