@@ -23,6 +23,7 @@ pub mod scenarios;
 pub mod servers;
 pub mod status;
 pub mod topology;
+pub mod tunnel_lab;
 
 pub use client::{
     HeldConn, Reply, ask_many, count_by_backend, tcp_ask, tcp_ask_at, udp_ask, udp_ask_at,
