@@ -83,6 +83,12 @@ pub mod names {
     /// The prefixes outer sources are taken from: index `TUNNEL_SOURCE_V4` and
     /// `TUNNEL_SOURCE_V6` -> [`TunnelSource`](crate::TunnelSource).
     pub const TUNNEL_SOURCES: &str = "TUNNEL_SOURCES";
+    /// The tc egress program that puts the health checks of tunnelled backends inside the
+    /// tunnel (S-TN4).
+    pub const HEALTH_TUNNEL_PROGRAM: &str = "lb_tc_health";
+    /// Socket mark of a health check -> [`HealthTunnel`](crate::HealthTunnel): the outer
+    /// header its packets get.
+    pub const HEALTH_TUNNELS: &str = "HEALTH_TUNNELS";
 }
 
 /// Highest number of VIPs (size of the VIP-indexed arrays).
@@ -227,7 +233,8 @@ impl Addr {
 /// malformed IPv4 options, a martian source) is dropped and counted, never forwarded; an
 /// `lb` of this version does not adopt a program that forwards them.
 /// Version 10: tunnel forwarding: VIP flag `VIP_F_TUNNEL`, the program at `PROG_TUNNEL`,
-/// the `TUNNEL_SOURCES` and `TUNNEL_JOB` maps, global counters 16 and 17.
+/// the `TUNNEL_SOURCES` and `TUNNEL_JOB` maps, global counters 16 and 17; health checks
+/// through the tunnel: the tc program `lb_tc_health` and the `HEALTH_TUNNELS` map.
 pub const LAYOUT_VERSION: u32 = 10;
 
 /// Address family marker stored in keys.
@@ -263,6 +270,15 @@ pub const TUNNEL_OVERHEAD_V4: u16 = 20;
 pub const TUNNEL_OVERHEAD_V6: u16 = 40;
 /// TTL / hop limit of outer headers.
 pub const TUNNEL_HOP_LIMIT: u8 = 64;
+
+/// Socket marks of health checks that travel a tunnel (S-TN4) are `HEALTH_MARK_BASE` plus
+/// an index below `MAX_HEALTH_TUNNELS`: the tc program leaves every packet whose mark is
+/// outside that block alone after one comparison.
+pub const HEALTH_MARK_BASE: u32 = 0x4c42_0000;
+/// The bits of a mark that must equal `HEALTH_MARK_BASE`.
+pub const HEALTH_MARK_MASK: u32 = 0xffff_0000;
+/// Entries of `HEALTH_TUNNELS`: checked server addresses behind tunnels.
+pub const MAX_HEALTH_TUNNELS: u32 = 65536;
 
 /// Most VIPs one `NAT_BACKENDS` entry names (a backend address and port shared by several
 /// NAT VIPs); a VIP beyond them is not named there. A server that runs each service on its
@@ -511,6 +527,21 @@ pub fn tunnel_flow_hash(saddr: &[u32; 4], words: usize, sport: u16, proto: u8) -
     h.wrapping_mul(0x85eb_ca6b) ^ (h >> 13)
 }
 
+/// The outer header a tunnelled health check's packets get (S-TN4): the same tunnel as the
+/// vService's traffic, from an address of the configured source prefix to the server.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HealthTunnel {
+    /// Outer source, wire order (inside `[xdp] tunnel_source_v4` / `_v6`).
+    pub src: Addr,
+    /// Outer destination: the server's own address, wire order.
+    pub dst: Addr,
+    /// `FAMILY_V4` or `FAMILY_V6`: the family of both headers.
+    pub family: u8,
+    /// Reserved, zero.
+    pub pad: [u8; 3],
+}
+
 /// A flow as seen on the wire: client to VIP, or, marked [`FLOW_KEY_REPLY`], backend to
 /// client. Non-TCP/UDP protocols use zero ports.
 #[repr(C)]
@@ -723,6 +754,7 @@ mod pod {
     unsafe impl aya::Pod for super::FlowValue {}
     unsafe impl aya::Pod for super::TunnelJob {}
     unsafe impl aya::Pod for super::TunnelSource {}
+    unsafe impl aya::Pod for super::HealthTunnel {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::NatTargets {}

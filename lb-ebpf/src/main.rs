@@ -13,6 +13,7 @@ mod filter;
 mod flood;
 mod flow;
 mod headers;
+mod health_tunnel;
 mod icmp;
 mod icmp_error;
 mod ip;
@@ -27,7 +28,11 @@ mod tunnel;
 mod vip;
 mod zeroed;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use lb_common::*;
 
 use crate::fib::{Egress, Miss};
@@ -104,6 +109,13 @@ pub fn lb_xdp_tunnel(ctx: XdpContext) -> u32 {
             xdp_action::XDP_DROP
         }
     }
+}
+
+/// Packets leaving the balancer's interfaces: the health checks of tunnelled servers go
+/// inside the tunnel (S-TN4); everything else is left alone.
+#[classifier]
+pub fn lb_tc_health(ctx: TcContext) -> i32 {
+    health_tunnel::egress(&ctx)
 }
 
 /// One parsed packet of either family: to a VIP, a NAT reply, or the kernel's.

@@ -7,9 +7,9 @@ use aya_ebpf::{
 };
 use lb_common::{
     AddrKey, BackendSlot, ClientKey, Counters, DEFAULT_CONN_TABLE_SIZE, DEFAULT_MAGLEV_SIZE,
-    FILTER_WORDS, FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, MAX_ADDRS, MAX_BACKEND_SLOTS,
-    MAX_HOPS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey, NatTargets, NextHop,
-    RangeData, TunnelJob, TunnelSource, VipById, VipKey, VipMeta,
+    FILTER_WORDS, FloodGuard, FlowKey, FlowValue, GLOBAL_COUNT, HealthTunnel, MAX_ADDRS,
+    MAX_BACKEND_SLOTS, MAX_HOPS, MAX_NEXTHOPS, MAX_RANGE_PREFIXES, MAX_VIPS, NatBackendKey,
+    NatTargets, NextHop, RangeData, TunnelJob, TunnelSource, VipById, VipKey, VipMeta,
 };
 
 /// The Maglev tables' flags as the map-flags const parameter: inner tables may have any
@@ -138,3 +138,9 @@ pub static TUNNEL_JOB: PerCpuArray<TunnelJob, 1> = PerCpuArray::new();
 /// `TUNNEL_SOURCE_V6`.
 #[btf_map]
 pub static TUNNEL_SOURCES: Array<TunnelSource, 2> = Array::new();
+
+/// Socket mark of a tunnelled health check -> the outer header of its packets (see
+/// `health_tunnel`).
+#[btf_map]
+pub static HEALTH_TUNNELS: HashMap<u32, HealthTunnel, { lb_common::MAX_HEALTH_TUNNELS as usize }> =
+    HashMap::new();

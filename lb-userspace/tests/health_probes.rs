@@ -467,6 +467,7 @@ async fn s_hc5_engine_tcp_checks_decide_and_stop_with_their_service() {
         maintenance: false,
         backup: false,
         max_connections: None,
+        tunnel_check: None,
     };
     let closed = closed_port().await;
     let refused = BackendService {

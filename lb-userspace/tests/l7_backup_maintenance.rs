@@ -250,6 +250,7 @@ async fn s_bk8_a_full_backend_makes_requests_wait_never_the_backup_and_503_on_qu
     }
     let main = BackendService {
         max_connections: Some(1),
+        tunnel_check: None,
         ..service("m", m.addr)
     };
     let env = Env::start(config(vec![main, backup("bk", bk.addr)], vec![], vec![vs])).await;

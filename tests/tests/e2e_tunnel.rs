@@ -1,4 +1,4 @@
-//! Tunnel forwarding end to end (`forwarding = "ipip"`, S-TN1, S-TN2), in a routed lab of
+//! Tunnel forwarding end to end (`forwarding = "ipip"`, S-TN1, S-TN2, S-TN4), in a routed lab of
 //! network namespaces this test builds and deletes ([`TunnelLab`]): a client, a router, a
 //! balancer with one interface, and two backends on subnets of their own behind the router,
 //! each running the agent (`lb decap`) and holding the VIPs on `lo`.
@@ -13,6 +13,11 @@
 //!   an IPv4 datagram without DF too; a 200 KB exchange over TCP completes because path MTU
 //!   discovery lowers the segment size; `too_big` counts.
 //!
+//! - S-TN4: the TCP VIP's servers are health-checked through the tunnel: a backend whose
+//!   agent is detached goes to Error within its profile's failure time while its own
+//!   address still answers, its traffic moves to the other backend, and it comes back when
+//!   the agent does.
+//!
 //! Needs root, the `lb` binary (`cargo build -p lb-userspace`) and the XDP objects `lb-xdp`
 //! and `lb-decap` (`cargo xtask build`; `LB_XDP_OBJECT` and `LB_DECAP_OBJECT` name them as
 //! `cargo xtask test` does). Run: `cargo test -p lb-tests --test e2e_tunnel -- --nocapture`.
@@ -23,10 +28,11 @@ use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lb_tests::netns::status::global;
+use lb_tests::netns::status::{MARGIN, global};
 use lb_tests::netns::tunnel_lab::{
-    BALANCER_DEV, PING_VIP, ROUTER_CLIENT_DEV, TCP_PORT, TCP_VIP, TunnelLab, UDP_PORT, UDP_VIP,
-    exec_any, named_mtu,
+    BALANCER_DEV, CHECK_FAILURES, CHECK_PERIOD, CHECK_SUCCESSES, CHECK_TIMEOUT, PING_VIP,
+    ROUTER_CLIENT_DEV, TCP_PORT, TCP_VIP, TunnelLab, UDP_PORT, UDP_VIP, checked_name, exec_any,
+    named_mtu,
 };
 use lb_tests::netns::{
     Family, HeldConn, Reply, ask_many, at, count_by_backend, require_data_path, tcp_ask_at,
@@ -327,4 +333,76 @@ fn s_tn2_client_learns_the_tunnel_mtu_and_tcp_completes() {
     println!("too_big +{counted}; {:?}", started.elapsed());
     // Two pings, the datagram without DF, and at least one segment per TCP connection.
     assert!(counted >= 5, "too_big counted {counted}");
+}
+
+/// `health.services[name].state` in the balancer's `lb status --json`.
+fn state(lab: &TunnelLab, name: &str) -> Option<String> {
+    let status = lab.lb_status().ok()?;
+    status["health"]["services"][name]["state"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Waits until both families of `service` are `want`; returns how long that took.
+fn wait_state(lab: &TunnelLab, service: &str, want: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let v6 = format!("{service} (IPv6)");
+    while start.elapsed() < limit {
+        let now = [state(lab, service), state(lab, &v6)];
+        if now.iter().all(|s| s.as_deref() == Some(want)) {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{service} not {want} on both families within {limit:?}: {:?}",
+        [state(lab, service), state(lab, &v6)]
+    );
+}
+
+// S-TN4: the checks of a tunnelled server go through the tunnel to the VIP: detaching its
+// agent puts it in Error within the profile's failure time, although its own address still
+// answers the same port; traffic then goes to the other backend only; the agent back, it
+// returns to OK within the profile's success time.
+#[test]
+fn s_tn4_a_backend_without_its_agent_goes_to_error_though_its_address_answers() {
+    let _serial = serial();
+    let lab = lab();
+    let (b1, b2) = (&lab.backends[0], &lab.backends[1]);
+    let checked = checked_name(b1);
+    let settle = Duration::from_secs(20);
+    wait_state(&lab, &checked, "OK", settle);
+    wait_state(&lab, &checked_name(b2), "OK", settle);
+
+    lab.detach_agent(b1).expect("agent detached");
+    // S-HC: RF x (P + T) after the last success, with the usual margin.
+    let bound = (CHECK_FAILURES * (CHECK_PERIOD + CHECK_TIMEOUT)) as f64 * MARGIN;
+    let took = wait_state(
+        &lab,
+        &checked,
+        "Error",
+        Duration::from_secs_f64(bound + 1.0),
+    );
+    println!("agent detached: Error after {took:?} (bound {bound:.1} s)");
+    // The server's own address still answers the checked port: only the tunnel is gone.
+    for addr in [IpAddr::V4(b1.addr4), IpAddr::V6(b1.addr6)] {
+        let reply = lab
+            .balancer
+            .run(|| tcp_ask_at(SocketAddr::new(addr, TCP_PORT)))
+            .expect("in the balancer's namespace");
+        assert!(reply.is_ok(), "{addr} should answer on its own: {reply:?}");
+    }
+    // Once the removal is reflected (S-RF2: about 9 s), every request goes to b2.
+    std::thread::sleep(Duration::from_secs(10));
+    for family in [Family::V4, Family::V6] {
+        let vip = at(TCP_VIP.addr(family), TCP_PORT);
+        let replies: Vec<Reply> = ask_many(&lab.client, 20, tcp_ask_at, vip);
+        let by = count_by_backend(&replies);
+        assert_eq!(by.get(&b2.name), Some(&20), "{family:?}: {by:?}");
+    }
+
+    lab.attach_agent(b1).expect("agent attached again");
+    let bound = (CHECK_SUCCESSES * CHECK_PERIOD + CHECK_TIMEOUT) as f64 * MARGIN;
+    let took = wait_state(&lab, &checked, "OK", Duration::from_secs_f64(bound + 1.0));
+    println!("agent back: OK after {took:?} (bound {bound:.1} s)");
 }

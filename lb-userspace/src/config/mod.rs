@@ -85,9 +85,10 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
     let cluster = control::cluster(doc.cluster.as_ref(), &api.settings, issues);
     let bgp = bgp::bgp(&doc.bgp, issues);
     let health_checks = health::health_checks(&doc.health_checks, issues);
-    let backends = backends::backends(&doc, issues);
+    let mut backends = backends::backends(&doc, issues);
     let (vservices, listeners) = vservice::vservices(&doc.vservices, &backends, issues);
     vservice::network::tunnel_sources(&doc.vservices, &xdp, issues);
+    vservice::network::tunnel_checks(&vservices, &mut backends, issues);
     listeners::check_api(api.settings.listen, api.listen_span, &listeners, issues);
     let dns_context = dns::Context {
         vservices: &doc.vservices,

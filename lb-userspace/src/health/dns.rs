@@ -22,6 +22,8 @@ const MAX_REPLY: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct DnsProbe {
     addr: SocketAddr,
+    /// Socket mark (0: none).
+    mark: u32,
     check: DnsCheck,
     timeout: Duration,
 }
@@ -32,9 +34,16 @@ impl DnsProbe {
         let port = if addr.port() == 0 { 53 } else { addr.port() };
         Self {
             addr: SocketAddr::new(addr.ip(), port),
+            mark: 0,
             check,
             timeout,
         }
+    }
+
+    /// The same probe with its datagrams marked `mark` (a check through a tunnel, S-TN4).
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.mark = mark;
+        self
     }
 
     async fn run(&self) -> ProbeResult {
@@ -58,6 +67,11 @@ impl DnsProbe {
         let socket = UdpSocket::bind(local)
             .await
             .map_err(|e| describe_io("bind", &e))?;
+        if self.mark != 0 {
+            socket2::SockRef::from(&socket)
+                .set_mark(self.mark)
+                .map_err(|e| describe_io("mark", &e))?;
+        }
         // Connecting makes the kernel drop datagrams from other sources and report ICMP
         // port unreachable as ECONNREFUSED.
         socket

@@ -139,6 +139,9 @@ struct Entry {
 struct Spec {
     address: IpAddr,
     port: u16,
+    /// Where the checks go and their socket mark: the address itself and 0, or a VIP and
+    /// the mark of the tunnel towards the address (S-TN4).
+    route: (IpAddr, u32),
     /// Shared by every service of the profile (and its check task): one copy per profile,
     /// not per service.
     check: Option<Arc<HealthCheck>>,
@@ -520,6 +523,7 @@ fn spec_of(service: &BackendService, profiles: &HashMap<&str, Arc<HealthCheck>>)
     Spec {
         address: service.address,
         port: service.port,
+        route: service.check_route(service.address),
         check,
     }
 }
@@ -589,8 +593,10 @@ fn spawn_check(
     if let (Some(driver), HealthKind::Tcp(handshake)) = (&shared.driver, &profile.kind)
         && service.port != 0
     {
+        let (to, mark) = service.check_route(service.address);
         let id = driver.add(TcpCheck {
-            addr: std::net::SocketAddr::new(service.address, service.port),
+            addr: std::net::SocketAddr::new(to, service.port),
+            mark,
             half_open: *handshake == Handshake::HalfOpen,
             first_delay,
             book: CheckBook::new(&task, on_change),

@@ -18,6 +18,8 @@ use super::tls;
 #[derive(Clone, Debug)]
 pub struct HttpProbe {
     addr: SocketAddr,
+    /// Socket mark (0: none).
+    mark: u32,
     check: HttpCheck,
     timeout: Duration,
     tls: bool,
@@ -41,11 +43,18 @@ impl HttpProbe {
         let request = build_request(&check, addr, default_port);
         Self {
             addr,
+            mark: 0,
             check,
             timeout,
             tls,
             request,
         }
+    }
+
+    /// The same probe with its connections marked `mark` (a check through a tunnel, S-TN4).
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.mark = mark;
+        self
     }
 
     async fn run(&self) -> ProbeResult {
@@ -65,7 +74,7 @@ impl HttpProbe {
         if self.addr.port() == 0 {
             return Err("HTTP check needs a port; the service has port 0".to_string());
         }
-        let tcp = connect(self.addr, deadline).await?;
+        let tcp = connect(self.addr, self.mark, deadline).await?;
         if !self.tls {
             return exchange(tcp, request, &self.check, deadline).await;
         }

@@ -25,6 +25,8 @@ const PAYLOAD: &[u8] = b"lb-health-check!";
 #[derive(Debug)]
 pub struct PingProbe {
     target: IpAddr,
+    /// Socket mark (0: none).
+    mark: u32,
     timeout: Duration,
     seq: AtomicU16,
 }
@@ -34,9 +36,17 @@ impl PingProbe {
     pub fn new(target: IpAddr, timeout: Duration) -> Self {
         Self {
             target,
+            mark: 0,
             timeout,
             seq: AtomicU16::new(rand::random()),
         }
+    }
+
+    /// The same probe with its echo requests marked `mark` (a check through a tunnel,
+    /// S-TN4).
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.mark = mark;
+        self
     }
 
     async fn run(&self) -> ProbeResult {
@@ -51,7 +61,8 @@ impl PingProbe {
     }
 
     async fn ping(&self, deadline: Instant) -> Result<(), String> {
-        let socket = IcmpSocket::open(self.target).map_err(|e| format!("ICMP socket: {e}"))?;
+        let socket =
+            IcmpSocket::open(self.target, self.mark).map_err(|e| format!("ICMP socket: {e}"))?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut ident: u16 = rand::random();
         let request = icmp::echo_request(socket.v6, ident, seq, PAYLOAD);
@@ -107,7 +118,7 @@ struct IcmpSocket {
 }
 
 impl IcmpSocket {
-    fn open(target: IpAddr) -> io::Result<Self> {
+    fn open(target: IpAddr, mark: u32) -> io::Result<Self> {
         let v6 = target.is_ipv6();
         let (domain, proto) = if v6 {
             (libc::AF_INET6, libc::IPPROTO_ICMPV6)
@@ -121,6 +132,9 @@ impl IcmpSocket {
             }
             Err(e) => return Err(e),
         };
+        if mark != 0 {
+            socket2::SockRef::from(&fd).set_mark(mark)?;
+        }
         // SAFETY: `OwnedFd` keeps the descriptor open and unchanged until the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)?;
         Ok(Self { fd, v6, raw })

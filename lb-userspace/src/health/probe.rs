@@ -72,14 +72,24 @@ pub struct NetworkProbes;
 
 impl ProbeFactory for NetworkProbes {
     fn build(&self, service: &BackendService, check: &HealthCheck) -> Option<Arc<dyn Probe>> {
-        let addr = SocketAddr::new(service.address, service.port);
+        // A server behind a tunnel is checked at the VIP, through the tunnel (S-TN4).
+        let (to, mark) = service.check_route(service.address);
+        let addr = SocketAddr::new(to, service.port);
         let timeout = check.timeout;
         Some(match &check.kind {
-            HealthKind::Ping => Arc::new(PingProbe::new(service.address, timeout)),
-            HealthKind::Tcp(handshake) => Arc::new(TcpProbe::new(addr, timeout, *handshake)),
-            HealthKind::Http(http) => Arc::new(HttpProbe::plain(addr, http.clone(), timeout)),
-            HealthKind::Https(http) => Arc::new(HttpProbe::tls(addr, http.clone(), timeout)),
-            HealthKind::Dns(dns) => Arc::new(DnsProbe::new(addr, dns.clone(), timeout)),
+            HealthKind::Ping => Arc::new(PingProbe::new(to, timeout).with_mark(mark)),
+            HealthKind::Tcp(handshake) => {
+                Arc::new(TcpProbe::new(addr, timeout, *handshake).with_mark(mark))
+            }
+            HealthKind::Http(http) => {
+                Arc::new(HttpProbe::plain(addr, http.clone(), timeout).with_mark(mark))
+            }
+            HealthKind::Https(http) => {
+                Arc::new(HttpProbe::tls(addr, http.clone(), timeout).with_mark(mark))
+            }
+            HealthKind::Dns(dns) => {
+                Arc::new(DnsProbe::new(addr, dns.clone(), timeout).with_mark(mark))
+            }
             HealthKind::Passive { .. } => return None,
         })
     }

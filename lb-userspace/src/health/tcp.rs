@@ -25,6 +25,7 @@ use super::probe::{BoxFuture, Probe, ProbeResult};
 #[derive(Clone, Debug)]
 pub struct TcpProbe {
     addr: SocketAddr,
+    mark: u32,
     timeout: Duration,
     handshake: Handshake,
 }
@@ -35,9 +36,16 @@ impl TcpProbe {
     pub fn new(addr: SocketAddr, timeout: Duration, handshake: Handshake) -> Self {
         Self {
             addr,
+            mark: 0,
             timeout,
             handshake,
         }
+    }
+
+    /// The same probe with its connections marked `mark` (a check through a tunnel, S-TN4).
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.mark = mark;
+        self
     }
 
     async fn run(&self) -> ProbeResult {
@@ -57,6 +65,7 @@ impl TcpProbe {
         let (reply, result) = oneshot::channel();
         driver.once(OnceCheck {
             addr: self.addr,
+            mark: self.mark,
             half_open: self.handshake == Handshake::HalfOpen,
             timeout: self.timeout,
             reply,
@@ -73,9 +82,14 @@ impl Probe for TcpProbe {
     }
 }
 
-/// Connects before `deadline`, naming the cause on failure; shared with the HTTP probe.
-pub(crate) async fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String> {
-    match timeout_at(deadline, TcpStream::connect(addr)).await {
+/// Connects before `deadline` from a socket marked `mark` (0: none), naming the cause on
+/// failure; shared with the HTTP probe.
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    mark: u32,
+    deadline: Instant,
+) -> Result<TcpStream, String> {
+    match timeout_at(deadline, open(addr, mark)).await {
         Ok(Ok(stream)) => {
             // Health checks are tiny exchanges; do not let Nagle delay the request.
             let _ = stream.set_nodelay(true);
@@ -84,6 +98,19 @@ pub(crate) async fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpSt
         Ok(Err(e)) => Err(describe_io("connect", &e)),
         Err(_) => Err("connect: no answer before the timeout".to_string()),
     }
+}
+
+/// A connection to `addr`; its socket marked `mark` first when not 0.
+async fn open(addr: SocketAddr, mark: u32) -> io::Result<TcpStream> {
+    if mark == 0 {
+        return TcpStream::connect(addr).await;
+    }
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket2::SockRef::from(&socket).set_mark(mark)?;
+    socket.connect(addr).await
 }
 
 /// Turns an I/O error into a short reason such as "connect: connection refused".

@@ -24,7 +24,7 @@ use super::spare::Pool;
 use super::state::State;
 
 /// Every map the program declares, in the order they are pinned.
-const MAP_NAMES: [&str; 21] = [
+const MAP_NAMES: [&str; 22] = [
     names::ADDRS,
     names::VIPS,
     names::RANGES,
@@ -46,6 +46,7 @@ const MAP_NAMES: [&str; 21] = [
     names::CONNS_CLASH,
     names::TUNNEL_JOB,
     names::TUNNEL_SOURCES,
+    names::HEALTH_TUNNELS,
 ];
 
 /// How to load the data path.
@@ -243,6 +244,10 @@ impl DataPath {
                 .set(index, prog.fd()?, 0)
                 .context("writing PROGS")?;
         }
+        verified.push((
+            names::HEALTH_TUNNEL_PROGRAM,
+            super::tunnel::load(&mut ebpf, opts.pin_dir.as_deref())?,
+        ));
         Ok(DataPath {
             program: Program::Owned(Box::new(ebpf)),
             maps,
@@ -302,34 +307,6 @@ impl DataPath {
         self.maps.set_flood_limit(limit)
     }
 
-    /// Writes the outer source prefixes of tunnel forwarding (`[xdp] tunnel_source_v4`,
-    /// `tunnel_source_v6`); a family without one cannot be tunnelled (its packets are
-    /// dropped and counted, which the configuration's checks prevent).
-    pub fn set_tunnel_sources(&mut self, xdp: &crate::config::XdpSettings) -> Result<()> {
-        let v4 = xdp.tunnel_source_v4.map(ipnet::IpNet::V4);
-        let v6 = xdp.tunnel_source_v6.map(ipnet::IpNet::V6);
-        for (index, net) in [
-            (lb_common::TUNNEL_SOURCE_V4, v4),
-            (lb_common::TUNNEL_SOURCE_V6, v6),
-        ] {
-            let source = match net {
-                Some(net) => lb_common::TunnelSource {
-                    addr: lb_common::Addr::from_ip(net.network()).0,
-                    host_mask: lb_common::Addr::from_ip(net.hostmask()).0,
-                    set: 1,
-                },
-                None => lb_common::TunnelSource::default(),
-            };
-            if self.maps.tunnel_sources.get(&index, 0).ok() != Some(source) {
-                self.maps
-                    .tunnel_sources
-                    .set(index, source, 0)
-                    .context("writing TUNNEL_SOURCES")?;
-            }
-        }
-        Ok(())
-    }
-
     /// True when this process adopted an already running data path.
     pub fn adopted(&self) -> bool {
         self.adopted
@@ -368,9 +345,21 @@ impl DataPath {
             .clone()
             .ok_or_else(|| anyhow!("attaching needs a pin directory"))?;
         let path = link_pin(&dir, iface);
-        if path.exists() {
-            return Ok(());
+        if !path.exists() {
+            self.attach_xdp(iface, mode, &path)?;
         }
+        // The health checks of servers behind tunnels leave through the same interfaces
+        // (S-TN4); forwarding does not depend on it, so a kernel that refuses it only costs
+        // those checks their tunnel.
+        if let Err(e) = super::tunnel::attach(&dir, iface) {
+            tracing::warn!(
+                "health checks of tunnelled servers will not travel the tunnel on {iface}: {e:#}"
+            );
+        }
+        Ok(())
+    }
+
+    fn attach_xdp(&mut self, iface: &str, mode: XdpMode, path: &Path) -> Result<()> {
         let xdp = self.xdp()?;
         let id = xdp
             .attach(iface, mode)
@@ -380,7 +369,7 @@ impl DataPath {
             .try_into()
             .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))?;
         fd_link
-            .pin(&path)
+            .pin(path)
             .with_context(|| format!("pinning the link of {iface}"))?;
         Ok(())
     }
@@ -464,6 +453,7 @@ pub fn forget_state(dir: &Path) {
 /// Detaches from `iface` (removing its pinned link). When no interface remains, removes
 /// every pin under `dir`, which unloads the program and frees its maps.
 pub fn detach(dir: &Path, iface: &str) -> Result<bool> {
+    super::tunnel::detach(dir, iface)?;
     let path = link_pin(dir, iface);
     let link = PinnedLink::from_pin(&path).map_err(|e| {
         anyhow!(

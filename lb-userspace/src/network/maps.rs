@@ -8,8 +8,8 @@ use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,
 };
 use lb_common::{
-    AddrKey, BackendSlot, ClientKey, Counters, FloodGuard, FlowKey, FlowValue, NatBackendKey,
-    NatTargets, NextHop, RangeData, TunnelSource, VipById, VipKey, VipMeta,
+    AddrKey, BackendSlot, ClientKey, Counters, FloodGuard, FlowKey, FlowValue, HealthTunnel,
+    NatBackendKey, NatTargets, NextHop, RangeData, TunnelSource, VipById, VipKey, VipMeta,
 };
 
 /// One handle per map.
@@ -56,8 +56,10 @@ pub(crate) struct Maps {
     /// as the others.
     #[allow(dead_code)]
     pub tunnel_job: Map,
-    /// The outer source prefixes of tunnel forwarding (`set_tunnel_sources`).
+    /// The outer source prefixes of tunnel forwarding (`DataPath::set_tunnels`).
     pub tunnel_sources: Array<MapData, TunnelSource>,
+    /// Health checks through the tunnel by socket mark (`DataPath::set_tunnels`).
+    pub health_tunnels: HashMap<MapData, u32, HealthTunnel>,
 }
 
 /// A second descriptor of an array-type map, for the batched writes.
@@ -116,6 +118,9 @@ impl Maps {
             tunnel_sources: next("TUNNEL_SOURCES")?
                 .try_into()
                 .context("TUNNEL_SOURCES")?,
+            health_tunnels: next("HEALTH_TUNNELS")?
+                .try_into()
+                .context("HEALTH_TUNNELS")?,
         })
     }
 

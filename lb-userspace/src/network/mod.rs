@@ -20,6 +20,7 @@ mod state;
 mod status;
 mod sys;
 mod table;
+mod tunnel;
 mod veth;
 mod writer;
 

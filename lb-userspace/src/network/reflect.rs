@@ -118,7 +118,7 @@ impl NetworkReflector {
                     let generation = *generations.borrow();
                     let cfg = config.load();
                     let result = dp
-                        .set_tunnel_sources(&cfg.xdp)
+                        .set_tunnels(&cfg)
                         .and_then(|()| plan(&cfg, &|name| v.get(name)))
                         .and_then(|vips| apply_plan(&mut dp, &vips));
                     let mut slot = last_error.lock().unwrap_or_else(PoisonError::into_inner);

@@ -51,7 +51,7 @@ pub fn apply(dp: &mut DataPath, cfg: &Config, down: &HashSet<String>) -> Result<
             Health::Ok
         }
     };
-    dp.set_tunnel_sources(&cfg.xdp)?;
+    dp.set_tunnels(cfg)?;
     apply_plan(dp, &plan(cfg, &health)?)
 }
 

@@ -27,6 +27,7 @@ fn svc(spec: &str) -> BackendService {
         maintenance: false,
         backup: false,
         max_connections: None,
+        tunnel_check: None,
     };
     for flag in parts {
         match flag {

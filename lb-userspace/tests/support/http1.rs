@@ -552,6 +552,7 @@ impl Env {
             maintenance: false,
             backup: false,
             max_connections: None,
+            tunnel_check: None,
         }];
         cfg.vservices = vec![VService {
             name: "web".into(),

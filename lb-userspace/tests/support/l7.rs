@@ -239,6 +239,7 @@ pub fn service(name: &str, addr: SocketAddr) -> BackendService {
         maintenance: false,
         backup: false,
         max_connections: None,
+        tunnel_check: None,
     }
 }
 

@@ -127,6 +127,7 @@ pub fn service(name: &str, check: Option<&str>) -> BackendService {
         maintenance: false,
         backup: false,
         max_connections: None,
+        tunnel_check: None,
     }
 }
 

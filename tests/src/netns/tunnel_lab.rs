@@ -23,7 +23,8 @@
 //! (docs/operations.md, "Namespace lab"), which a router's end does not. The balancer holds
 //! blackhole routes for the VIP prefixes, so what its program leaves to the kernel for a VIP
 //! (an ICMP error about a late reply, a fragment) is dropped instead of bouncing between it
-//! and the router.
+//! and the router; the health checks addressed to the VIPs (S-TN4) are routed to the router
+//! by a rule on their socket marks.
 //!
 //! Every veth has transmit checksum offload off (frames carry complete checksums, as from a
 //! real NIC, and leave in MTU-sized segments). Dropping the lab stops the servers and the
@@ -99,6 +100,21 @@ pub const BALANCER_DEV: &str = "eth0";
 pub const BACKEND_DEV: &str = "eth0";
 /// How many backends the lab has.
 pub const BACKENDS: usize = 2;
+/// The TCP check profile of the checked services: period, timeout (seconds), failures to
+/// Error, successes back to OK.
+pub const CHECK_PERIOD: u64 = 1;
+pub const CHECK_TIMEOUT: u64 = 1;
+pub const CHECK_FAILURES: u64 = 2;
+pub const CHECK_SUCCESSES: u64 = 2;
+
+/// The balancer's routing table for the marked health checks (the main one blackholes the
+/// VIPs).
+const HEALTH_TABLE: &str = "4242";
+
+/// The name of backend `b`'s checked service on the TCP port.
+pub fn checked_name(b: &TunnelBackend) -> String {
+    format!("{}-tcp", b.name)
+}
 
 const VIP_PREFIX_V4: &str = "10.60.99.0/24";
 const VIP_PREFIX_V6: &str = "fd00:60:99::/64";
@@ -238,12 +254,50 @@ impl TunnelLab {
         for (ns, net) in [(c, 0), (lb, 1)] {
             default_routes(ns, net)?;
         }
-        for (vip_prefix, flag, via) in [
-            (VIP_PREFIX_V4, "-4", link_v4(1, 2).to_string()),
-            (VIP_PREFIX_V6, "-6", link_v6(1, 2).to_string()),
+        let health_marks = format!(
+            "{:#x}/{:#x}",
+            lb_common::HEALTH_MARK_BASE,
+            lb_common::HEALTH_MARK_MASK
+        );
+        for (vip_prefix, flag, via, router) in [
+            (
+                VIP_PREFIX_V4,
+                "-4",
+                link_v4(1, 2).to_string(),
+                link_v4(1, 1).to_string(),
+            ),
+            (
+                VIP_PREFIX_V6,
+                "-6",
+                link_v6(1, 2).to_string(),
+                link_v6(1, 1).to_string(),
+            ),
         ] {
             r.ip(&[flag, "route", "add", vip_prefix, "via", &via])?;
             lb.ip(&[flag, "route", "add", "blackhole", vip_prefix])?;
+            // The health checks of tunnelled servers are addressed to the VIPs (S-TN4):
+            // their marked sockets take a table of their own, out to the router.
+            lb.ip(&[
+                flag,
+                "rule",
+                "add",
+                "fwmark",
+                &health_marks,
+                "lookup",
+                HEALTH_TABLE,
+                "priority",
+                "100",
+            ])?;
+            lb.ip(&[
+                flag,
+                "route",
+                "add",
+                vip_prefix,
+                "via",
+                &router,
+                "table",
+                HEALTH_TABLE,
+            ])?;
         }
         for (i, b) in self.backends.iter().enumerate() {
             default_routes(&b.ns, 11 + i as u8)?;
@@ -283,18 +337,8 @@ impl TunnelLab {
     /// balancer's source prefixes.
     fn attach_agents(&self) -> Result<()> {
         for b in &self.backends {
-            self.agent(
-                b,
-                &[
-                    "--iface",
-                    BACKEND_DEV,
-                    "--source",
-                    TUNNEL_SOURCE_V4,
-                    "--source",
-                    TUNNEL_SOURCE_V6,
-                ],
-            )
-            .with_context(|| format!("attaching the agent on {}", b.name))?;
+            self.attach_agent(b)
+                .with_context(|| format!("attaching the agent on {}", b.name))?;
         }
         Ok(())
     }
@@ -335,39 +379,87 @@ impl TunnelLab {
         Ok(())
     }
 
-    /// The balancer's configuration: the backends (both families, port 0: tunnels keep the
-    /// VIP's port), and the three VIPs, each dual-stack with `forwarding = "ipip"`.
+    /// The balancer's configuration: the backends (both families; port 0: tunnels keep the
+    /// VIP's port), the same servers on the TCP port with a TCP health check (`NAME-tcp`,
+    /// checked through the tunnel, S-TN4), and the three VIPs, each dual-stack with
+    /// `forwarding = "ipip"`, the TCP one over the checked services.
     pub fn config(&self) -> String {
         let mut cfg = format!(
             "[xdp]\nattach_mode = \"skb\"\ntunnel_source_v4 = \"{TUNNEL_SOURCE_V4}\"\n\
-             tunnel_source_v6 = \"{TUNNEL_SOURCE_V6}\"\n\n"
+             tunnel_source_v6 = \"{TUNNEL_SOURCE_V6}\"\n\n\
+             [[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\nperiod = {CHECK_PERIOD}\n\
+             timeout = {CHECK_TIMEOUT}\nrequired_failures = {CHECK_FAILURES}\n\
+             required_successes = {CHECK_SUCCESSES}\n\n"
         );
         for b in &self.backends {
             cfg += &format!(
                 "[[backend_service]]\nname = \"{}\"\naddress = \"{}\"\naddress6 = \"{}\"\n\
-                 port = 0\n\n",
-                b.name, b.addr4, b.addr6
+                 port = 0\n\n\
+                 [[backend_service]]\nname = \"{}\"\naddress = \"{}\"\naddress6 = \"{}\"\n\
+                 port = {TCP_PORT}\nhealth_check = \"tcp\"\n\n",
+                b.name,
+                b.addr4,
+                b.addr6,
+                checked_name(b),
+                b.addr4,
+                b.addr6
             );
         }
-        let names: Vec<String> = self
-            .backends
-            .iter()
-            .map(|b| format!("\"{}\"", b.name))
-            .collect();
-        for (name, kind, vip, port) in [
-            ("tcp", "tcp-l4", TCP_VIP, format!("port = {TCP_PORT}\n")),
-            ("udp", "udp-l4", UDP_VIP, format!("port = {UDP_PORT}\n")),
-            ("ping", "any-l3", PING_VIP, String::new()),
+        let list = |name: &dyn Fn(&TunnelBackend) -> String| {
+            let names: Vec<String> = self
+                .backends
+                .iter()
+                .map(|b| format!("\"{}\"", name(b)))
+                .collect();
+            names.join(", ")
+        };
+        let (plain, checked) = (list(&|b| b.name.clone()), list(&checked_name));
+        for (name, kind, vip, port, backends) in [
+            (
+                "tcp",
+                "tcp-l4",
+                TCP_VIP,
+                format!("port = {TCP_PORT}\n"),
+                &checked,
+            ),
+            (
+                "udp",
+                "udp-l4",
+                UDP_VIP,
+                format!("port = {UDP_PORT}\n"),
+                &plain,
+            ),
+            ("ping", "any-l3", PING_VIP, String::new(), &plain),
         ] {
             cfg += &format!(
                 "[[vservice]]\nname = \"{name}\"\nkind = \"{kind}\"\naddress = \"{}\"\n\
-                 address6 = \"{}\"\n{port}forwarding = \"ipip\"\nbackends = [{}]\n\n",
-                vip.v4,
-                vip.v6,
-                names.join(", ")
+                 address6 = \"{}\"\n{port}forwarding = \"ipip\"\nbackends = [{backends}]\n\n",
+                vip.v4, vip.v6,
             );
         }
         cfg
+    }
+
+    /// Detaches backend `b`'s agent (`lb decap --detach`).
+    pub fn detach_agent(&self, b: &TunnelBackend) -> Result<()> {
+        self.agent(b, &["--detach", "--iface", BACKEND_DEV])
+            .map(drop)
+    }
+
+    /// Attaches backend `b`'s agent again, as at the start.
+    pub fn attach_agent(&self, b: &TunnelBackend) -> Result<()> {
+        self.agent(
+            b,
+            &[
+                "--iface",
+                BACKEND_DEV,
+                "--source",
+                TUNNEL_SOURCE_V4,
+                "--source",
+                TUNNEL_SOURCE_V6,
+            ],
+        )
+        .map(drop)
     }
 
     /// Starts `lb run` on the balancer's interface and waits until the TCP VIP answers over

@@ -282,6 +282,7 @@ fn service(
         maintenance: raw.maintenance,
         backup: raw.backup,
         max_connections: max_connections?,
+        tunnel_check: None,
     })
 }
 

@@ -409,9 +409,60 @@ pub struct BackendService {
     pub backup: bool,
     /// Connection limit; none means unlimited.
     pub max_connections: Option<u32>,
+    /// Set when a tunnelled vService forwards to this server: its checks then travel the
+    /// tunnel to that vService's VIP (S-TN4). Derived from the vServices, not written.
+    pub tunnel_check: Option<TunnelCheck>,
+}
+
+/// How the health checks of a server behind a tunnel reach it (S-TN4): addressed to a VIP
+/// it serves, through the same tunnel as that VIP's traffic, so that they pass only where
+/// a client's packets would (the server's agent and the VIP on its loopback).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunnelCheck {
+    /// The IPv4 VIP the checks of the server's IPv4 address go to: the first tunnelled
+    /// vService (in file order) with an IPv4 VIP that lists the server.
+    pub vip4: Option<std::net::Ipv4Addr>,
+    /// The same for its IPv6 address.
+    pub vip6: Option<Ipv6Addr>,
+    /// The server's position among the tunnelled servers: its checks' socket marks are
+    /// derived from it ([`TunnelCheck::mark`]).
+    pub index: u32,
+}
+
+/// Most servers whose checks travel a tunnel: two socket marks each (one per family) in the
+/// block the data path reserves.
+pub const MAX_TUNNEL_CHECKS: u32 = lb_common::MAX_HEALTH_TUNNELS / 2;
+
+impl TunnelCheck {
+    /// The socket mark of the checks of the server's address of `address`'s family, which
+    /// the data path's `HEALTH_TUNNELS` maps to the outer header.
+    pub fn mark(&self, address: IpAddr) -> u32 {
+        lb_common::HEALTH_MARK_BASE + 2 * self.index + u32::from(address.is_ipv6())
+    }
+
+    /// The VIP of `address`'s family, if a tunnelled vService of that family lists the
+    /// server.
+    pub fn vip(&self, address: IpAddr) -> Option<IpAddr> {
+        match address {
+            IpAddr::V4(_) => self.vip4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.vip6.map(IpAddr::V6),
+        }
+    }
 }
 
 impl BackendService {
+    /// Where a check of this service's `address` goes: the VIP and the socket mark when it
+    /// travels a tunnel (S-TN4), else the address itself and no mark (0).
+    pub fn check_route(&self, address: IpAddr) -> (IpAddr, u32) {
+        match &self.tunnel_check {
+            Some(t) => match t.vip(address) {
+                Some(vip) => (vip, t.mark(address)),
+                None => (address, 0),
+            },
+            None => (address, 0),
+        }
+    }
+
     /// Its address in the family of `vip`, if it has one: a VIP forwards within its family.
     pub fn address_for(&self, vip: IpAddr) -> Option<IpAddr> {
         if self.address.is_ipv4() == vip.is_ipv4() {

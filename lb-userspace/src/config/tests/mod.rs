@@ -9,6 +9,7 @@ use super::*;
 
 mod dns;
 mod l7;
+mod tunnel;
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
@@ -189,6 +190,7 @@ fn full_config_round_trips_into_the_model() {
                 maintenance: false,
                 backup: false,
                 max_connections: None,
+                tunnel_check: None,
             },
             BackendService {
                 name: "b".into(),
@@ -200,6 +202,7 @@ fn full_config_round_trips_into_the_model() {
                 maintenance: true,
                 backup: true,
                 max_connections: Some(7),
+                tunnel_check: None,
             },
         ],
         backend_groups: vec![BackendGroup {

@@ -45,6 +45,8 @@ pub(super) enum Sink {
 /// A check target and its socket in flight.
 pub(super) struct Slot {
     addr: SocketAddr,
+    /// Socket mark (0: none).
+    mark: u32,
     half_open: bool,
     sink: Sink,
     socket: Option<Socket>,
@@ -54,9 +56,10 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    pub(super) fn new(addr: SocketAddr, half_open: bool, sink: Sink) -> Self {
+    pub(super) fn new((addr, mark): (SocketAddr, u32), half_open: bool, sink: Sink) -> Self {
         Self {
             addr,
+            mark,
             half_open,
             sink,
             socket: None,
@@ -91,6 +94,10 @@ impl Slot {
             Type::STREAM.nonblocking().cloexec(),
             None,
         )?;
+        if self.mark != 0 {
+            // The data path's tc program puts this check inside the tunnel (S-TN4).
+            socket.set_mark(self.mark)?;
+        }
         if self.half_open {
             // The kernel then delays the handshake's last ACK, and the zero-linger close
             // sends RST long before it would go out.

@@ -46,6 +46,8 @@ const TIMERS_PER_TURN: usize = 128;
 pub(crate) struct TcpCheck {
     /// The target.
     pub addr: SocketAddr,
+    /// Socket mark of the check's connections (0: none), for checks that travel a tunnel.
+    pub mark: u32,
     /// Half-open (SYN, SYN-ACK, RST) or the full handshake.
     pub half_open: bool,
     /// Delay before the first check.
@@ -58,6 +60,8 @@ pub(crate) struct TcpCheck {
 pub(crate) struct OnceCheck {
     /// The target.
     pub addr: SocketAddr,
+    /// Socket mark (0: none).
+    pub mark: u32,
     /// Half-open or the full handshake.
     pub half_open: bool,
     /// The check is cut after this long.
@@ -200,22 +204,25 @@ impl Loop {
                     let TcpCheck {
                         addr,
                         half_open,
+                        mark,
                         first_delay,
                         book,
                     } = *check;
-                    let index = self.add(Slot::new(addr, half_open, Sink::Book(book)), first_delay);
+                    let slot = Slot::new((addr, mark), half_open, Sink::Book(book));
+                    let index = self.add(slot, first_delay);
                     self.by_id.insert(id, index);
                 }
                 Command::Once(check) => {
                     let OnceCheck {
                         addr,
+                        mark,
                         half_open,
                         timeout,
                         reply,
                     } = *check;
                     self.add(
                         Slot::new(
-                            addr,
+                            (addr, mark),
                             half_open,
                             Sink::Once {
                                 timeout,

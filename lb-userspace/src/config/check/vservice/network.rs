@@ -2,11 +2,12 @@
 //! forwards within its family (no NAT46), so the backends of a dual-stack vService have an
 //! address of each; addresses the data path can route; DSR cannot change ports.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::config::check::backends::Backends;
 use crate::config::issues::Issues;
-use crate::config::model::{PortSpec, VService};
+use crate::config::model::{Forwarding, MAX_TUNNEL_CHECKS, PortSpec, TunnelCheck, VService};
 use crate::config::raw::RawVService;
 use crate::config::raw::document::Entry;
 
@@ -179,5 +180,56 @@ pub(in crate::config) fn tunnel_sources(
                 );
             }
         }
+    }
+}
+
+/// Gives every server of an `ipip` vService its [`TunnelCheck`]: the first such vService of
+/// each family (file order) that lists it names the VIP its checks go to (S-TN4).
+pub(in crate::config) fn tunnel_checks(
+    vservices: &[VService],
+    backends: &mut crate::config::check::backends::Backends,
+    issues: &mut Issues,
+) {
+    let mut vips: HashMap<String, Vec<IpAddr>> = HashMap::new();
+    for vs in vservices
+        .iter()
+        .filter(|v| v.forwarding == Forwarding::Ipip)
+    {
+        for list_name in &vs.backends {
+            for service in backends.expand(list_name) {
+                vips.entry(service.name.clone())
+                    .or_default()
+                    .extend(vs.vips());
+            }
+        }
+    }
+    let mut count = 0u32;
+    for service in &mut backends.services {
+        let Some(listed) = vips.get(&service.name) else {
+            continue;
+        };
+        let first = |v4: bool| listed.iter().copied().find(|a| a.is_ipv4() == v4);
+        service.tunnel_check = Some(TunnelCheck {
+            vip4: first(true).and_then(|a| match a {
+                IpAddr::V4(v4) => Some(v4),
+                IpAddr::V6(_) => None,
+            }),
+            vip6: first(false).and_then(|a| match a {
+                IpAddr::V6(v6) => Some(v6),
+                IpAddr::V4(_) => None,
+            }),
+            index: count,
+        });
+        count += 1;
+    }
+    if count > MAX_TUNNEL_CHECKS {
+        issues.error(
+            &(0..0),
+            "vservice",
+            format!(
+                "{count} servers are listed by ipip vServices; the health checks of at most \
+                 {MAX_TUNNEL_CHECKS} can travel the tunnel"
+            ),
+        );
     }
 }
