@@ -49,8 +49,11 @@ pub const DECAP_F_VIPS: u32 = 2;
 pub struct DecapConfig {
     /// `DECAP_F_*` bits.
     pub flags: u32,
+    /// The UDP port GUE packets arrive on, wire order; 0: GUE is not taken (UDP is then
+    /// never a tunnel packet).
+    pub gue_port: u16,
     /// Reserved, zero.
-    pub pad: u32,
+    pub pad: u16,
 }
 
 /// Data part of the `DECAP_SOURCES` LPM key: the family first, so that a prefix never

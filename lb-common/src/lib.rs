@@ -260,6 +260,25 @@ pub const VIP_F_FLOOD_GUARD: u32 = 4;
 /// hop towards the backend.
 pub const VIP_F_TUNNEL: u32 = 8;
 
+/// `VipMeta.flags`, with `VIP_F_TUNNEL`: the tunnel is GUE (RFC draft
+/// "Generic UDP Encapsulation", variant 0): outer IP, UDP to the GUE port, a 4-byte GUE
+/// header naming the inner protocol, then the packet.
+pub const VIP_F_GUE: u32 = 16;
+/// Bytes GUE adds to the outer IP header: UDP (8) and the GUE header (4).
+pub const GUE_OVERHEAD: u16 = 12;
+/// The default UDP port of GUE packets (`[xdp] gue_port`, `lb decap --gue-port`).
+pub const GUE_PORT: u16 = 6080;
+/// The lowest UDP source port of GUE packets: the flow's hash fills the 14 bits below it,
+/// inside the ephemeral range, so that routers and NICs spread flows by the outer ports.
+pub const GUE_SOURCE_PORT_BASE: u16 = 0xc000;
+
+/// The UDP source port of a GUE packet of a flow whose hash is `hash` (the same on every
+/// balancer).
+#[inline(always)]
+pub fn gue_source_port(hash: u32) -> u16 {
+    GUE_SOURCE_PORT_BASE | ((hash >> 16) as u16 & 0x3fff)
+}
+
 /// `TUNNEL_SOURCES` index of the IPv4 outer source prefix.
 pub const TUNNEL_SOURCE_V4: u32 = 0;
 /// `TUNNEL_SOURCES` index of the IPv6 outer source prefix.
@@ -476,6 +495,8 @@ pub struct TunnelJob {
     pub hop: u32,
     /// The next-hop generation read before the backend's slot.
     pub generation: u32,
+    /// 1: GUE (outer IP, UDP, GUE header) rather than IP in IP.
+    pub gue: u32,
 }
 
 /// A prefix outer sources are taken from: the prefix's bits, then bits of the flow's hash,
@@ -490,6 +511,10 @@ pub struct TunnelSource {
     pub host_mask: Addr,
     /// 1 when set (a family with no prefix cannot be tunnelled).
     pub set: u32,
+    /// The UDP destination port of GUE packets, wire order (`[xdp] gue_port`).
+    pub gue_port: u16,
+    /// Reserved, zero.
+    pub pad: u16,
 }
 
 impl TunnelSource {
@@ -538,8 +563,10 @@ pub struct HealthTunnel {
     pub dst: Addr,
     /// `FAMILY_V4` or `FAMILY_V6`: the family of both headers.
     pub family: u8,
-    /// Reserved, zero.
-    pub pad: [u8; 3],
+    /// 1: the tunnel is GUE (the server's vService forwards by `gue`).
+    pub gue: u8,
+    /// The GUE UDP port, wire order (0 for IP in IP).
+    pub gue_port: u16,
 }
 
 /// A flow as seen on the wire: client to VIP, or, marked [`FLOW_KEY_REPLY`], backend to

@@ -83,6 +83,34 @@ pub struct UdpHdr {
     pub check: u16,
 }
 
+/// The UDP header and the GUE header (RFC draft "Generic UDP Encapsulation", variant 0, no
+/// options: version 0, C 0, length 0, then the inner protocol, then zero flags) that a GUE
+/// tunnel puts after the outer IP header.
+#[repr(C)]
+pub struct UdpGue {
+    pub udp: UdpHdr,
+    pub gue: [u8; 4],
+}
+
+impl UdpGue {
+    /// From `sport` (host order) to `dport` (wire order), `len` bytes of UDP (wire order
+    /// written here), carrying an inner packet of protocol `inner` (4 or 41). The UDP
+    /// checksum is zero: none over the tunnel (RFC 6935 allows it for IPv6 tunnels too); the
+    /// inner packet keeps its own.
+    #[inline(always)]
+    pub fn new(sport: u16, dport: u16, len: u16, inner: u8) -> UdpGue {
+        UdpGue {
+            udp: UdpHdr {
+                sport: sport.to_be(),
+                dport,
+                len: len.to_be(),
+                check: 0,
+            },
+            gue: [0, inner, 0, 0],
+        }
+    }
+}
+
 /// ICMP header (echo layout).
 #[repr(C)]
 pub struct IcmpHdr {

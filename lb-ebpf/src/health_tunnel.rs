@@ -12,15 +12,18 @@
 //! the neighbour when needed). The server answers from the VIP straight to the balancer.
 
 use aya_ebpf::bindings::{
-    BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, BPF_FIB_LKUP_RET_NO_NEIGH,
-    BPF_FIB_LKUP_RET_SUCCESS, BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, TC_ACT_SHOT,
-    bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, bpf_fib_lookup as FibParams,
+    BPF_ADJ_ROOM_ENCAP_L2_SHIFT, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6,
+    BPF_F_ADJ_ROOM_ENCAP_L4_UDP, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS,
+    BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, TC_ACT_SHOT, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
+    bpf_fib_lookup as FibParams,
 };
 use aya_ebpf::helpers::generated::{bpf_fib_lookup, bpf_redirect_neigh};
 use aya_ebpf::programs::TcContext;
-use lb_common::{FAMILY_V4, HEALTH_MARK_BASE, HEALTH_MARK_MASK, HealthTunnel};
+use lb_common::{
+    FAMILY_V4, GUE_OVERHEAD, HEALTH_MARK_BASE, HEALTH_MARK_MASK, HealthTunnel, gue_source_port,
+};
 
-use crate::headers::{ETH_P_IP, ETH_P_IPV6, Ipv4Hdr, Ipv6Hdr};
+use crate::headers::{ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, Ipv4Hdr, Ipv6Hdr, UdpGue};
 use crate::ip::IpHeader;
 use crate::maps::HEALTH_TUNNELS;
 
@@ -70,27 +73,38 @@ fn wrap<H: IpHeader>(ctx: &TcContext, tunnel: &HealthTunnel) -> Option<()> {
     let inner = unsafe { inner.assume_init() };
     let inner_len = unsafe { H::tot_len(&inner) };
     let traffic_class = unsafe { H::traffic_class(&inner) };
-    let flags = if H::WORDS == 1 {
+    let gue = tunnel.gue != 0;
+    let mut flags = if H::WORDS == 1 {
         BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
     } else {
         BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
-    };
-    ctx.adjust_room(H::TUNNEL_OVERHEAD as i32, BPF_ADJ_ROOM_MAC, flags as u64)
+    } as u64;
+    let mut overhead = H::TUNNEL_OVERHEAD;
+    if gue {
+        // UDP, then the 4-byte GUE header before the inner IP header (its "L2").
+        flags |= BPF_F_ADJ_ROOM_ENCAP_L4_UDP as u64 | (4 << BPF_ADJ_ROOM_ENCAP_L2_SHIFT);
+        overhead += GUE_OVERHEAD;
+    }
+    ctx.adjust_room(overhead as i32, BPF_ADJ_ROOM_MAC, flags)
         .ok()?;
-    let mut outer = core::mem::MaybeUninit::<H>::uninit();
-    // SAFETY: write_outer writes every field of the header.
-    unsafe {
-        H::write_outer(
-            outer.as_mut_ptr(),
-            tunnel.src.words(),
-            tunnel.dst.words(),
-            inner_len,
-            traffic_class,
-            0,
-        )
+    let (proto, payload) = if gue {
+        (IPPROTO_UDP, inner_len.wrapping_add(GUE_OVERHEAD))
+    } else {
+        (H::TUNNEL_PROTO, inner_len)
     };
+    let mut outer = core::mem::MaybeUninit::<H>::uninit();
+    let addrs = (tunnel.src.words(), tunnel.dst.words());
+    // SAFETY: write_outer writes every field of the header.
+    unsafe { H::write_outer(outer.as_mut_ptr(), addrs, payload, proto, traffic_class, 0) };
     ctx.store(ETH_LEN, unsafe { outer.assume_init_ref() }, 0)
-        .ok()
+        .ok()?;
+    if gue {
+        let sport = gue_source_port(tunnel.src.words()[0] ^ tunnel.dst.words()[0]);
+        let udp = UdpGue::new(sport, tunnel.gue_port, payload, H::TUNNEL_PROTO);
+        ctx.store(ETH_LEN + H::TUNNEL_OVERHEAD as usize, &udp, 0)
+            .ok()?;
+    }
+    Some(())
 }
 
 /// Sends the wrapped packet to the next hop towards the server, which the FIB gives as for a

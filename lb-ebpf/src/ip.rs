@@ -79,18 +79,19 @@ pub trait IpHeader {
     /// As [`IpHeader::hop_limit`].
     unsafe fn traffic_class(ip: *const Self) -> u8;
 
-    /// Writes an outer header at `outer` around a packet of `inner_len` bytes of this
-    /// family: from `src` to `dst`, the inner packet's traffic class, `TUNNEL_HOP_LIMIT`;
-    /// IPv4 with DF (the balancer answers what does not fit, S-TN2) and its checksum, IPv6
-    /// with the flow's hash as its flow label (routers' ECMP spreads by it).
+    /// Writes an outer header at `outer` in front of `payload_len` bytes whose protocol is
+    /// `proto` (the inner packet for IP in IP, UDP for GUE): from `src` to `dst`, the inner
+    /// packet's traffic class, `TUNNEL_HOP_LIMIT`; IPv4 with DF (the balancer answers what
+    /// does not fit, S-TN2) and its checksum, IPv6 with the flow's hash as its flow label
+    /// (routers' ECMP spreads by it).
     ///
     /// # Safety
     /// `outer` points at a bounds-checked header's room of this type.
     unsafe fn write_outer(
         outer: *mut Self,
-        src: &[u32; 4],
-        dst: &[u32; 4],
-        inner_len: u16,
+        addrs: (&[u32; 4], &[u32; 4]),
+        payload_len: u16,
+        proto: u8,
         traffic_class: u8,
         hash: u32,
     );
@@ -167,20 +168,20 @@ impl IpHeader for Ipv4Hdr {
     #[inline(always)]
     unsafe fn write_outer(
         outer: *mut Self,
-        src: &[u32; 4],
-        dst: &[u32; 4],
-        inner_len: u16,
+        (src, dst): (&[u32; 4], &[u32; 4]),
+        payload_len: u16,
+        proto: u8,
         traffic_class: u8,
         _hash: u32,
     ) {
         let header = Ipv4Hdr {
             ver_ihl: 0x45,
             tos: traffic_class,
-            tot_len: inner_len.wrapping_add(TUNNEL_OVERHEAD_V4).to_be(),
+            tot_len: payload_len.wrapping_add(TUNNEL_OVERHEAD_V4).to_be(),
             id: 0,
             frag_off: IP_DF,
             ttl: TUNNEL_HOP_LIMIT,
-            proto: Self::TUNNEL_PROTO,
+            proto,
             check: 0,
             saddr: src[0],
             daddr: dst[0],
@@ -273,9 +274,9 @@ impl IpHeader for Ipv6Hdr {
     #[inline(always)]
     unsafe fn write_outer(
         outer: *mut Self,
-        src: &[u32; 4],
-        dst: &[u32; 4],
-        inner_len: u16,
+        (src, dst): (&[u32; 4], &[u32; 4]),
+        payload_len: u16,
+        proto: u8,
         traffic_class: u8,
         hash: u32,
     ) {
@@ -283,8 +284,8 @@ impl IpHeader for Ipv6Hdr {
         unsafe {
             *outer = Ipv6Hdr {
                 ver_tc_flow: first.to_be(),
-                payload_len: inner_len.to_be(),
-                nexthdr: Self::TUNNEL_PROTO,
+                payload_len: payload_len.to_be(),
+                nexthdr: proto,
                 hop_limit: TUNNEL_HOP_LIMIT,
                 saddr: *src,
                 daddr: *dst,

@@ -248,7 +248,8 @@ fn forward<H: IpHeader>(
     let dsr = meta.flags & VIP_F_DSR != 0;
     let (backend_addr, backend_port, hop) = (choice.addr, choice.port, choice.hop);
     if meta.flags & VIP_F_TUNNEL != 0 {
-        return tunnel::hand_over(ctx, &backend_addr, hop, generation);
+        let gue = meta.flags & VIP_F_GUE != 0;
+        return tunnel::hand_over(ctx, &backend_addr, (hop, generation), gue);
     }
     // The next hop first: a packet too big for the path is answered before it is changed.
     let hop = fib::towards_backend(ctx, pkt, &backend_addr, hop, generation);

@@ -1,6 +1,6 @@
 //! Tunnel forwarding (S-TN1, S-TN2): the packet of a tunnelled VIP goes unchanged inside
-//! an outer IP header of its own family (IPIP for IPv4, IP6IP6 for IPv6) addressed to the
-//! chosen backend, to the FIB's next hop towards that backend, so that backends may sit
+//! an outer IP header of its own family (IPIP for IPv4, IP6IP6 for IPv6), or inside outer
+//! IP, UDP and a GUE header (`gue`), addressed to the chosen backend, to the FIB's next hop towards that backend, so that backends may sit
 //! behind routers; the backend's agent (`lb decap`) removes the outer header and the backend
 //! answers the client directly.
 //!
@@ -10,7 +10,7 @@
 //! budget), as it does for NAT replies and ICMP errors.
 //!
 //! The outer source is the family's configured prefix with the flow's hash in its host
-//! bits (and, for IPv6, the hash in the flow label too): routers' ECMP and the backends'
+//! bits (and, for IPv6, the hash in the flow label too; for GUE, in the UDP source port): routers' ECMP and the backends'
 //! RSS spread flows, and every balancer builds the same outer header for the same flow.
 
 use aya_ebpf::{
@@ -18,10 +18,10 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{Addr, GLOBAL_FIB_PASS, GLOBAL_TOO_BIG, GLOBAL_TUNNEL_FAILED, GLOBAL_TUNNELLED};
-use lb_common::{PROG_TUNNEL, TunnelJob, tunnel_flow_hash};
+use lb_common::{GUE_OVERHEAD, PROG_TUNNEL, TunnelJob, gue_source_port, tunnel_flow_hash};
 
 use crate::fib::{self, Miss};
-use crate::headers::EthHdr;
+use crate::headers::{EthHdr, IPPROTO_UDP, UdpGue};
 use crate::icmp;
 use crate::ip::IpHeader;
 use crate::maps::{PROGS, TUNNEL_JOB, TUNNEL_SOURCES};
@@ -31,11 +31,16 @@ use crate::stats;
 const ETH_LEN: usize = 14;
 
 /// Hands the packet to the tunnel program with its backend: `addr`, whose next hop is at
-/// `hop` in `HOPS`, read under next-hop `generation`. Returns only when that cannot be
-/// done (the program is not there): the packet is dropped and counted, since the kernel
-/// has no tunnel to send it through.
+/// `hop` in `HOPS`, read under next-hop `generation`; `gue` for a GUE tunnel. Returns only
+/// when that cannot be done (the program is not there): the packet is dropped and counted,
+/// since the kernel has no tunnel to send it through.
 #[inline(always)]
-pub fn hand_over(ctx: &XdpContext, addr: &[u32; 4], hop: u32, generation: u32) -> u32 {
+pub fn hand_over(
+    ctx: &XdpContext,
+    addr: &[u32; 4],
+    (hop, generation): (u32, u32),
+    gue: bool,
+) -> u32 {
     if let Some(job) = TUNNEL_JOB.get_ptr_mut(0) {
         // SAFETY: this CPU's copy; the tail call below runs on this CPU before any other
         // packet does.
@@ -44,6 +49,7 @@ pub fn hand_over(ctx: &XdpContext, addr: &[u32; 4], hop: u32, generation: u32) -
                 addr: Addr::from_words(addr),
                 hop,
                 generation,
+                gue: gue as u32,
             }
         };
         // Returns only when the program is not there.
@@ -71,21 +77,23 @@ pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     if source.set == 0 || (pkt.ip as usize) != ctx.data() + ETH_LEN {
         return failed();
     }
+    let gue = job.gue != 0;
     let dst = *job.addr.words();
     let hash = flow_hash(pkt);
     let src = source.outer_source(H::WORDS, hash);
     let inner_len = unsafe { H::tot_len(pkt.ip) };
-    let outer_len = inner_len.saturating_add(H::TUNNEL_OVERHEAD);
+    let extra = if gue { GUE_OVERHEAD } else { 0 };
+    let overhead = H::TUNNEL_OVERHEAD + extra;
+    let outer_len = inner_len.saturating_add(overhead);
     let hop = fib::towards_backend_as(ctx, pkt, (&src, outer_len), &dst, job.hop, job.generation);
     if let Err(Miss::TooBig(mtu)) = hop {
         stats::global(GLOBAL_TOO_BIG);
-        let usable = mtu.saturating_sub(H::TUNNEL_OVERHEAD);
+        let usable = mtu.saturating_sub(overhead);
         return icmp::too_big_for_tunnel(ctx, pkt, usable).unwrap_or_else(failed);
     }
     let (arrived_dst, arrived_src) = unsafe { ((*pkt.eth).dst, (*pkt.eth).src) };
     let traffic_class = unsafe { H::traffic_class(pkt.ip) };
-    let grow = -(H::TUNNEL_OVERHEAD as i32);
-    if unsafe { bpf_xdp_adjust_head(ctx.as_ptr() as *mut _, grow) } != 0 {
+    if unsafe { bpf_xdp_adjust_head(ctx.as_ptr() as *mut _, -(overhead as i32)) } != 0 {
         return failed();
     }
     let (start, end) = (ctx.data(), ctx.data_end());
@@ -95,7 +103,34 @@ pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     ) else {
         return failed();
     };
-    unsafe { H::write_outer(outer, &src, &dst, inner_len, traffic_class, hash) };
+    let addrs = (&src, &dst);
+    if gue {
+        let at = ETH_LEN + H::TUNNEL_OVERHEAD as usize;
+        let Some(udp) = ptr_at::<UdpGue>(start, end, at) else {
+            return failed();
+        };
+        let payload = inner_len.wrapping_add(GUE_OVERHEAD);
+        unsafe {
+            H::write_outer(outer, addrs, payload, IPPROTO_UDP, traffic_class, hash);
+            *udp = UdpGue::new(
+                gue_source_port(hash),
+                source.gue_port,
+                payload,
+                H::TUNNEL_PROTO,
+            );
+        }
+    } else {
+        unsafe {
+            H::write_outer(
+                outer,
+                addrs,
+                inner_len,
+                H::TUNNEL_PROTO,
+                traffic_class,
+                hash,
+            )
+        };
+    }
     stats::global(GLOBAL_TUNNELLED);
     match hop {
         Ok(hop) => {

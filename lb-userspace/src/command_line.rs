@@ -113,17 +113,21 @@ pub struct DecapArgs {
     /// destinations are dropped; none: any.
     #[arg(long = "vip", value_name = "ADDR")]
     pub vips: Vec<std::net::IpAddr>,
+    /// Take GUE tunnel packets too: UDP to this port (the balancers' `[xdp] gue_port`,
+    /// 6080 by default there). Without it, UDP is never a tunnel packet.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub gue_port: Option<u16>,
     /// bpffs directory under which each interface's pins go (`DIR/IF/`).
     #[arg(long, default_value = crate::agent::DEFAULT_PIN_BASE)]
     pub pin_dir: PathBuf,
     /// Print the counters (summed over CPUs) and the configured sources and VIPs.
-    #[arg(long, conflicts_with_all = ["detach", "sources", "vips"])]
+    #[arg(long, conflicts_with_all = ["detach", "sources", "vips", "gue_port"])]
     pub status: bool,
     /// With --status: JSON instead of text.
     #[arg(long, requires = "status")]
     pub json: bool,
     /// Detach from --iface and remove its pins.
-    #[arg(long, conflicts_with_all = ["sources", "vips"])]
+    #[arg(long, conflicts_with_all = ["sources", "vips", "gue_port"])]
     pub detach: bool,
 }
 

@@ -143,6 +143,7 @@ fn decap(args: &DecapArgs) -> Result<()> {
         },
         sources: args.sources.clone(),
         vips: args.vips.clone(),
+        gue_port: args.gue_port,
         pin_base: base.clone(),
     })?;
     print!("{report}");

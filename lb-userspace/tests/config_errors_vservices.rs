@@ -813,3 +813,14 @@ fn tunnel_source_must_be_a_prefix_of_its_family_without_host_bits() {
         assert_issue(&doc(&["[xdp]", line]), field, 2, words);
     }
 }
+
+#[test]
+fn gue_needs_the_outer_source_prefix_and_a_port_in_range() {
+    let more = vservice(&["port = 80", "forwarding = \"gue\"", "backends = [\"web1\"]"]);
+    let words = "`gue` forwarding of an IPv4 VIP needs [xdp] tunnel_source_v4";
+    assert_issue(&with_backends(&more), "vservice[0].forwarding", 26, words);
+    for bad in ["0", "65536", "-1"] {
+        let text = doc(&["[xdp]", &format!("gue_port = {bad}")]);
+        assert_issue(&text, "xdp.gue_port", 2, "out of range 1..=65535");
+    }
+}

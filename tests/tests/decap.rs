@@ -60,6 +60,7 @@ impl Fx {
                 .map(|s| s.parse::<Prefix>().expect("a prefix"))
                 .collect(),
             vips: vips.to_vec(),
+            gue_port: None,
         };
         agent.maps.write(&settings).expect("writing the settings");
         Fx { agent }
@@ -67,6 +68,18 @@ impl Fx {
 
     fn plain() -> Fx {
         Fx::new(&[], &[])
+    }
+
+    /// No filters, GUE taken on `GUE_PORT`.
+    fn gue() -> Fx {
+        let mut fx = Fx::plain();
+        let mut settings = fx.counters().settings;
+        settings.gue_port = Some(GUE_PORT);
+        fx.agent
+            .maps
+            .write(&settings)
+            .expect("writing the settings");
+        fx
     }
 
     fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
@@ -205,6 +218,27 @@ fn inner4(dst: Ipv4Addr) -> Vec<u8> {
 
 fn inner6(dst: Ipv6Addr) -> Vec<u8> {
     Ipv6::new(CLIENT6, dst, datagram()).to_bytes()
+}
+
+/// The GUE port of these tests (the balancers' default).
+const GUE_PORT: u16 = lb_common::GUE_PORT;
+
+/// UDP to `dport` of `udp_len` bytes (the real length when `None`), then a GUE header whose
+/// first byte is `first` and whose protocol is `proto`, then `inner`.
+fn udp_gue(dport: u16, udp_len: Option<u16>, (first, proto): (u8, u8), inner: &[u8]) -> Vec<u8> {
+    let len = udp_len.unwrap_or((12 + inner.len()) as u16);
+    let mut u = 50000u16.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&len.to_be_bytes());
+    u.extend_from_slice(&[0, 0, first, proto, 0, 0]);
+    u.extend_from_slice(inner);
+    u
+}
+
+/// GUE over IPv4 from the balancer to this host, carrying `inner` of protocol `proto`.
+fn gue4(proto: u8, inner: &[u8]) -> Vec<u8> {
+    let udp = udp_gue(GUE_PORT, None, (0, proto), inner);
+    eth(ETH_P_IPV4, &outer4(LB4, HOST4, 17, &udp, Twist::default()))
 }
 
 /// IPIP from the balancer to this host.
@@ -633,6 +667,7 @@ fn s_tn3_settings_rewritten_in_place() {
         local: vec![HOST4.into()],
         sources: vec!["203.0.113.0/24".parse().expect("a prefix")],
         vips: vec![VIP6.into(), OTHER_VIP4.into()],
+        gue_port: None,
     };
     fx.agent.maps.write(&next).expect("rewriting");
     let mut want = next.clone();
@@ -650,4 +685,67 @@ fn s_tn3_settings_rewritten_in_place() {
     let before = fx.counters();
     fx.untouched("IP6IP6 to a removed address", &ip6ip6(&inner6(VIP6)));
     fx.assert_only(&before, "not_local", 1);
+}
+
+#[test]
+fn s_tn3_gue_decapsulated_over_both_families() {
+    let fx = Fx::gue();
+    let before = fx.counters();
+    let inner = inner4(VIP4);
+    fx.decapsulated("GUE v4 in v4", &gue4(4, &inner), &inner, ETH_P_IPV4);
+    let inner = inner6(VIP6);
+    let udp = udp_gue(GUE_PORT, None, (0, 41), &inner);
+    let frame = eth(ETH_P_IPV6, &outer6(LB6, HOST6, 17, &udp, None));
+    fx.decapsulated("GUE v6 in v6", &frame, &inner, ETH_P_IPV6);
+    fx.assert_only(&before, "decapsulated", 2);
+    assert_eq!(fx.counters().settings.gue_port, Some(GUE_PORT));
+}
+
+#[test]
+fn s_tn3_gue_only_on_its_port_and_only_when_configured() {
+    let inner = inner4(VIP4);
+    // Without a GUE port, UDP is never a tunnel packet.
+    let fx = Fx::plain();
+    let before = fx.counters();
+    fx.untouched("GUE with GUE off", &gue4(4, &inner));
+    fx.assert_only(&before, "not_tunnel", 1);
+    // With one, UDP to another port is someone's service.
+    let fx = Fx::gue();
+    let before = fx.counters();
+    let udp = udp_gue(GUE_PORT + 1, None, (0, 4), &inner);
+    let other = eth(ETH_P_IPV4, &outer4(LB4, HOST4, 17, &udp, Twist::default()));
+    fx.untouched("UDP to another port", &other);
+    fx.assert_only(&before, "not_tunnel", 1);
+}
+
+#[test]
+fn s_tn3_malformed_gue_dropped_as_bad_outer() {
+    let fx = Fx::gue();
+    let inner = inner4(VIP4);
+    let cases = [
+        ("GUE version 1", udp_gue(GUE_PORT, None, (0x40, 4), &inner)),
+        (
+            "GUE control message",
+            udp_gue(GUE_PORT, None, (0x20, 4), &inner),
+        ),
+        (
+            "GUE with options",
+            udp_gue(GUE_PORT, None, (0x01, 4), &inner),
+        ),
+        ("GUE naming UDP", udp_gue(GUE_PORT, None, (0, 17), &inner)),
+        (
+            "UDP length short",
+            udp_gue(GUE_PORT, Some(20), (0, 4), &inner),
+        ),
+        (
+            "UDP length long",
+            udp_gue(GUE_PORT, Some(2000), (0, 4), &inner),
+        ),
+    ];
+    for (what, udp) in cases {
+        let before = fx.counters();
+        let frame = eth(ETH_P_IPV4, &outer4(LB4, HOST4, 17, &udp, Twist::default()));
+        fx.dropped(what, &frame);
+        fx.assert_only(&before, "bad_outer", 1);
+    }
 }

@@ -3,8 +3,8 @@
 //! balancer with one interface, and two backends on subnets of their own behind the router,
 //! each running the agent (`lb decap`) and holding the VIPs on `lo`.
 //!
-//! - S-TN1: TCP and UDP to dual-stack VIPs, over IPv4 (IPIP) and IPv6 (IP6IP6), reach both
-//!   backends; the answers go from the backends through the router straight to the client,
+//! - S-TN1: TCP and UDP to dual-stack VIPs, over IPv4 (IPIP) and IPv6 (IP6IP6), and TCP
+//!   through GUE over both, reach both backends; the answers go from the backends through the router straight to the client,
 //!   never through the balancer (interface packet counters); the balancer counts
 //!   `tunnelled`, the agents `decapsulated` and drop nothing.
 //! - S-TN2: with 1,500-byte links everywhere, a client's full-size packet does not fit once
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use lb_tests::netns::status::{MARGIN, global};
 use lb_tests::netns::tunnel_lab::{
-    BALANCER_DEV, CHECK_FAILURES, CHECK_PERIOD, CHECK_SUCCESSES, CHECK_TIMEOUT, PING_VIP,
+    BALANCER_DEV, CHECK_FAILURES, CHECK_PERIOD, CHECK_SUCCESSES, CHECK_TIMEOUT, GUE_VIP, PING_VIP,
     ROUTER_CLIENT_DEV, TCP_PORT, TCP_VIP, TunnelLab, UDP_PORT, UDP_VIP, checked_name, exec_any,
     named_mtu,
 };
@@ -125,9 +125,14 @@ fn s_tn1_tunnelled_requests_reach_every_backend_and_answers_bypass_the_balancer(
     type Ask = fn(SocketAddr) -> anyhow::Result<Reply>;
     let mut requests = 0;
     for family in [Family::V4, Family::V6] {
-        let kinds: [(&str, Ask, SocketAddr); 2] = [
+        let kinds: [(&str, Ask, SocketAddr); 3] = [
             ("tcp", tcp_ask_at, at(TCP_VIP.addr(family), TCP_PORT)),
             ("udp", udp_ask_at, at(UDP_VIP.addr(family), UDP_PORT)),
+            (
+                "tcp over gue",
+                tcp_ask_at,
+                at(GUE_VIP.addr(family), TCP_PORT),
+            ),
         ];
         for (proto, ask, addr) in kinds {
             let replies = ask_many(&lab.client, ASKS, ask, addr);

@@ -11,7 +11,7 @@ use lb_common::{FAMILY_V4, FAMILY_V6};
 
 use crate::csum;
 use crate::headers::{IP_FRAG_MASK, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr};
-use crate::parse::{IPV4_HDR_LEN, Outer, PROTO_INNER_V4, ptr_at};
+use crate::parse::{GUE_LEN, IPV4_HDR_LEN, Outer, PROTO_INNER_V4, PROTO_INNER_V6, ptr_at};
 
 /// Bytes of IPv4 options at most (IHL 15).
 const MAX_OPTIONS: usize = 40;
@@ -40,9 +40,25 @@ fn fixed_sum(ip: *const Ipv4Hdr) -> u64 {
 }
 
 /// The outer header of a tunnel packet to this host; `l3` is where it starts in the frame.
-/// Returns the payload's length (the inner packet's).
+/// Returns the inner packet's length: the outer IP payload's, less the UDP and GUE headers
+/// of a GUE packet, whose UDP length must be the IP payload's and whose GUE header must
+/// be plain (variant 0, no options, no flags) and name IPv4 or IPv6.
 #[inline(always)]
 pub fn outer(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
+    let payload = outer_ip(o, l3, frame)?;
+    let Some(gue) = &o.gue else {
+        return Ok(payload);
+    };
+    let inner_known = o.proto == PROTO_INNER_V4 || o.proto == PROTO_INNER_V6;
+    if !gue.plain || !inner_known || gue.udp_len != payload || payload < GUE_LEN {
+        return Err(DECAP_BAD_OUTER);
+    }
+    Ok(payload - GUE_LEN)
+}
+
+/// The outer IP header's checks; returns its payload's length.
+#[inline(always)]
+fn outer_ip(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
     if o.family == FAMILY_V4 {
         let ip = o.ip as *const Ipv4Hdr;
         // Version 4 and IHL 5: a balancer's outer header carries no options.

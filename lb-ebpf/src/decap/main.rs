@@ -3,6 +3,9 @@
 //! no tunnel devices, so that the inner packet goes up the stack as if it had arrived
 //! plain (S-TN3).
 //!
+//! Tunnel packets are IP in IP (protocol 4 or 41) and, when a GUE port is configured, GUE
+//! (UDP to that port, a GUE header of variant 0 without options naming 4 or 41).
+//!
 //! Per frame, in this order, each step counted under its `DECAP_*` index: not a tunnel
 //! packet (passed untouched); not to this host (passed untouched); a malformed outer header
 //! or a fragment (dropped); a source outside the configured balancers (dropped); a
@@ -55,13 +58,14 @@ pub fn lb_decap(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn decap(ctx: &XdpContext) -> Result<u32, u32> {
     let (start, end) = (ctx.data(), ctx.data_end());
-    let o = parse::outer(start, end).ok_or(DECAP_NOT_TUNNEL)?;
+    let config = DECAP_CONFIG.get(0).copied().unwrap_or_default();
+    let o = parse::outer(start, end, config.gue_port).ok_or(DECAP_NOT_TUNNEL)?;
     if !is_local(o.family, &o.daddr) {
         return Err(DECAP_NOT_LOCAL);
     }
     let l3 = size_of::<EthHdr>();
     let payload = checks::outer(&o, l3, end - start)?;
-    let flags = DECAP_CONFIG.get(0).map_or(0, |c| c.flags);
+    let flags = config.flags;
     if flags & DECAP_F_SOURCES != 0 && !from_balancer(&o) {
         return Err(DECAP_FOREIGN_SOURCE);
     }

@@ -33,6 +33,8 @@ pub struct Settings {
     pub sources: Vec<Prefix>,
     /// VIPs inner destinations must be; empty: any.
     pub vips: Vec<IpAddr>,
+    /// The UDP port of GUE tunnel packets; `None`: GUE is not taken.
+    pub gue_port: Option<u16>,
 }
 
 /// What the maps hold now.
@@ -150,7 +152,15 @@ impl DecapMaps {
             flags |= DECAP_F_VIPS;
         }
         self.config
-            .set(0, DecapConfig { flags, pad: 0 }, 0)
+            .set(
+                0,
+                DecapConfig {
+                    flags,
+                    gue_port: s.gue_port.unwrap_or(0).to_be(),
+                    pad: 0,
+                },
+                0,
+            )
             .with_context(|| format!("writing {}", names::CONFIG))?;
         let stale: Vec<Key<SourceKey>> = self
             .sources
@@ -171,11 +181,11 @@ impl DecapMaps {
 
     /// What the maps hold, and the counters.
     pub fn read(&self) -> Result<Snapshot> {
-        let flags = self
+        let config = self
             .config
             .get(&0, 0)
-            .with_context(|| format!("reading {}", names::CONFIG))?
-            .flags;
+            .with_context(|| format!("reading {}", names::CONFIG))?;
+        let flags = config.flags;
         let mut sources: Vec<Prefix> = if flags & DECAP_F_SOURCES != 0 {
             self.sources
                 .keys()
@@ -204,6 +214,7 @@ impl DecapMaps {
                 local: addrs_of(&self.local),
                 sources,
                 vips,
+                gue_port: Some(u16::from_be(config.gue_port)).filter(|p| *p != 0),
             },
             counters,
         })

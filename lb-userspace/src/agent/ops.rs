@@ -24,6 +24,8 @@ pub struct AttachRequest {
     pub sources: Vec<Prefix>,
     /// VIPs inner destinations must be (empty: any).
     pub vips: Vec<IpAddr>,
+    /// The UDP port of GUE tunnel packets (`None`: GUE not taken).
+    pub gue_port: Option<u16>,
     /// The pin base directory (each interface gets `<base>/<IF>/`).
     pub pin_base: PathBuf,
 }
@@ -84,6 +86,7 @@ pub fn attach(req: &AttachRequest) -> Result<AttachReport> {
         local: host_addresses()?,
         sources: req.sources.clone(),
         vips: req.vips.clone(),
+        gue_port: req.gue_port,
     };
     loader::ensure_bpffs(&req.pin_base)?;
     let (mut agent, updated) = if Agent::pinned_in(&dir) {
@@ -182,6 +185,10 @@ fn settings_lines(f: &mut fmt::Formatter<'_>, s: &Settings) -> fmt::Result {
         list(&s.sources, "any (no --source given)")
     )?;
     writeln!(f, "  vips:    {}", list(&s.vips, "any (no --vip given)"))?;
+    match s.gue_port {
+        Some(port) => writeln!(f, "  gue:     UDP port {port}")?,
+        None => writeln!(f, "  gue:     off (no --gue-port given)")?,
+    }
     writeln!(
         f,
         "  local addresses ({}): {}",
@@ -252,6 +259,7 @@ impl Status {
             "attached": self.attached,
             "sources": strings(s.sources.iter().map(Prefix::to_string).collect()),
             "vips": strings(s.vips.iter().map(IpAddr::to_string).collect()),
+            "gue_port": s.gue_port,
             "local": strings(s.local.iter().map(IpAddr::to_string).collect()),
             "counters": counters,
         })

@@ -24,8 +24,10 @@ pub struct VipPlan {
     /// Replies go from the backend straight to the client (DSR or a tunnel), not through
     /// the balancer (NAT).
     pub dsr: bool,
-    /// Delivered by tunnel (IPIP, IP6IP6) rather than at L2.
+    /// Delivered by tunnel (IPIP, IP6IP6 or GUE) rather than at L2.
     pub tunnel: bool,
+    /// The tunnel is GUE.
+    pub gue: bool,
     /// Maglev table size (prime).
     pub table_size: u32,
     /// The list, groups expanded, in order; shared by the VIPs whose lists, selection
@@ -103,7 +105,8 @@ pub fn plan(cfg: &Config, health: &dyn Fn(&str) -> Health) -> Result<Vec<VipPlan
                 proto,
                 ports,
                 dsr: vs.forwarding.is_direct(),
-                tunnel: vs.forwarding == Forwarding::Ipip,
+                tunnel: vs.forwarding.is_tunnel(),
+                gue: vs.forwarding == Forwarding::Gue,
                 table_size: vs.maglev_size,
                 backends,
             });

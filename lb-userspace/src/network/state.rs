@@ -36,6 +36,9 @@ pub(crate) struct VipState {
     /// Delivered by tunnel (`VIP_F_TUNNEL`); `dsr` is set too.
     #[serde(default)]
     pub tunnel: bool,
+    /// The tunnel is GUE (`VIP_F_GUE`), with `tunnel`.
+    #[serde(default)]
+    pub gue: bool,
     pub table_size: u32,
     /// Fingerprint of the Maglev input, to skip rebuilding an unchanged table.
     pub table_hash: u64,
@@ -170,6 +173,7 @@ pub(crate) fn test_vip(
         ports,
         dsr,
         tunnel: false,
+        gue: false,
         table_size: 0,
         table_hash: 0,
         table_digest: 0,

@@ -127,10 +127,11 @@ impl DataPath {
                 } else {
                     format!("{}-{}", v.ports.0, v.ports.1)
                 },
-                mode: match (v.tunnel, v.dsr) {
-                    (true, _) => "ipip".into(),
-                    (false, true) => "dsr".into(),
-                    (false, false) => "nat".into(),
+                mode: match (v.tunnel, v.gue, v.dsr) {
+                    (true, true, _) => "gue".into(),
+                    (true, false, _) => "ipip".into(),
+                    (false, _, true) => "dsr".into(),
+                    (false, _, false) => "nat".into(),
                 },
                 table_size: v.table_size,
                 table_digest: super::table::digest_text(v.table_digest),

@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow};
 use aya::Ebpf;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{SchedClassifier, TcAttachType};
-use lb_common::{Addr, FAMILY_V4, FAMILY_V6, HealthTunnel, names};
+use lb_common::{Addr, FAMILY_V4, FAMILY_V6, HealthTunnel, TunnelSource, names};
 
 use super::loader::DataPath;
 use crate::config::Config;
@@ -122,24 +122,33 @@ pub fn entries(cfg: &Config) -> HashMap<u32, HealthTunnel> {
                 continue;
             };
             let mark = check.mark(address);
-            let source = lb_common::TunnelSource {
-                addr: Addr::from_ip(prefix.network()).0,
-                host_mask: Addr::from_ip(prefix.hostmask()).0,
-                set: 1,
-            };
+            let source = source_of(*prefix, cfg.xdp.gue_port);
             let words = if family == FAMILY_V4 { 1 } else { 4 };
+            let gue = check.gue(address);
             out.insert(
                 mark,
                 HealthTunnel {
                     src: Addr::from_words(&source.outer_source(words, mark)),
                     dst: Addr::from_ip(address).0,
                     family,
-                    pad: [0; 3],
+                    gue: u8::from(gue),
+                    gue_port: if gue { source.gue_port } else { 0 },
                 },
             );
         }
     }
     out
+}
+
+/// The `TUNNEL_SOURCES` entry of a configured prefix, GUE packets going to `gue_port`.
+fn source_of(net: ipnet::IpNet, gue_port: u16) -> TunnelSource {
+    TunnelSource {
+        addr: Addr::from_ip(net.network()).0,
+        host_mask: Addr::from_ip(net.hostmask()).0,
+        set: 1,
+        gue_port: gue_port.to_be(),
+        pad: 0,
+    }
 }
 
 impl DataPath {
@@ -160,14 +169,7 @@ impl DataPath {
             (lb_common::TUNNEL_SOURCE_V4, v4),
             (lb_common::TUNNEL_SOURCE_V6, v6),
         ] {
-            let source = match net {
-                Some(net) => lb_common::TunnelSource {
-                    addr: lb_common::Addr::from_ip(net.network()).0,
-                    host_mask: lb_common::Addr::from_ip(net.hostmask()).0,
-                    set: 1,
-                },
-                None => lb_common::TunnelSource::default(),
-            };
+            let source = net.map_or_else(TunnelSource::default, |net| source_of(net, xdp.gue_port));
             if self.maps.tunnel_sources.get(&index, 0).ok() != Some(source) {
                 self.maps
                     .tunnel_sources

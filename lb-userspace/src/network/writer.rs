@@ -14,7 +14,7 @@ use aya::maps::lpm_trie::Key;
 use lb_common::{
     ADDR_VIP_ANY, ADDR_VIP_RANGE, Addr, AddrKey, BackendSlot, MAX_BACKEND_SLOTS, MAX_VIPS,
     PROTO_ANY, RANGE_PREFIX_BASE, RangeData, SLOT_F_ACTIVE, VIP_F_DSR, VIP_F_FLOOD_GUARD,
-    VIP_F_TUNNEL, VipById, VipKey, VipMeta,
+    VIP_F_GUE, VIP_F_TUNNEL, VipById, VipKey, VipMeta,
 };
 
 use tracing::debug;
@@ -166,6 +166,7 @@ pub fn apply_plan(dp: &mut DataPath, vips: &[VipPlan]) -> Result<()> {
             ports: vip.ports,
             dsr: vip.dsr,
             tunnel: vip.tunnel,
+            gue: vip.gue,
             table_size: 0,
             table_hash: 0,
             table_digest: 0,
@@ -422,6 +423,7 @@ fn meta(v: &VipState) -> VipMeta {
         vip_id: v.vip_id,
         flags: if v.dsr { VIP_F_DSR } else { 0 }
             | if v.tunnel { VIP_F_TUNNEL } else { 0 }
+            | if v.gue { VIP_F_GUE } else { 0 }
             | if v.flood_guard { VIP_F_FLOOD_GUARD } else { 0 },
         table_size: v.table_size,
         epoch: v.epoch,
@@ -509,9 +511,23 @@ fn write_entries(maps: &mut Maps, v: &VipState) -> Result<()> {
 
 /// The entries of a VIP are its key(s) and `meta`: the same when these are.
 fn same_entries(a: &VipState, b: &VipState) -> bool {
-    (a.address, a.proto, a.ports, a.dsr, a.tunnel, a.table_size)
-        == (b.address, b.proto, b.ports, b.dsr, b.tunnel, b.table_size)
-        && a.flood_guard == b.flood_guard
+    (
+        a.address,
+        a.proto,
+        a.ports,
+        a.dsr,
+        a.tunnel,
+        a.gue,
+        a.table_size,
+    ) == (
+        b.address,
+        b.proto,
+        b.ports,
+        b.dsr,
+        b.tunnel,
+        b.gue,
+        b.table_size,
+    ) && a.flood_guard == b.flood_guard
         && a.epoch == b.epoch
 }
 

@@ -87,6 +87,7 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
             attach_mode: AttachMode::Driver,
             tunnel_source_v4: None,
             tunnel_source_v6: None,
+            gue_port: 6080,
         },
         reflection: ReflectionSettings {
             network_remove_delay: Duration::from_secs(9),

@@ -82,7 +82,12 @@ pub const PING_VIP: DualVip = DualVip {
     v4: Ipv4Addr::new(10, 60, 99, 12),
     v6: Ipv6Addr::new(0xfd00, 0x60, 0x99, 0, 0, 0, 0, 0x12),
 };
-/// Port of the tcp-l4 VIP and of the backends' TCP servers.
+/// The tcp-l4 VIP forwarded by GUE, port [`TCP_PORT`].
+pub const GUE_VIP: DualVip = DualVip {
+    v4: Ipv4Addr::new(10, 60, 99, 13),
+    v6: Ipv6Addr::new(0xfd00, 0x60, 0x99, 0, 0, 0, 0, 0x13),
+};
+/// Port of the tcp-l4 VIPs and of the backends' TCP servers.
 pub const TCP_PORT: u16 = 8000;
 /// Port of the udp-l4 VIP and of the backends' UDP servers.
 pub const UDP_PORT: u16 = 5300;
@@ -301,7 +306,7 @@ impl TunnelLab {
         }
         for (i, b) in self.backends.iter().enumerate() {
             default_routes(&b.ns, 11 + i as u8)?;
-            for vip in [TCP_VIP, UDP_VIP, PING_VIP] {
+            for vip in [TCP_VIP, UDP_VIP, PING_VIP, GUE_VIP] {
                 b.ns.ip(&["addr", "add", &format!("{}/32", vip.v4), "dev", "lo"])?;
                 b.ns.ip(&[
                     "-6",
@@ -430,10 +435,19 @@ impl TunnelLab {
                 &plain,
             ),
             ("ping", "any-l3", PING_VIP, String::new(), &plain),
+            (
+                "gue",
+                "tcp-l4",
+                GUE_VIP,
+                format!("port = {TCP_PORT}\n"),
+                &plain,
+            ),
         ] {
+            let forwarding = if name == "gue" { "gue" } else { "ipip" };
             cfg += &format!(
                 "[[vservice]]\nname = \"{name}\"\nkind = \"{kind}\"\naddress = \"{}\"\n\
-                 address6 = \"{}\"\n{port}forwarding = \"ipip\"\nbackends = [{backends}]\n\n",
+                 address6 = \"{}\"\n{port}forwarding = \"{forwarding}\"\n\
+                 backends = [{backends}]\n\n",
                 vip.v4, vip.v6,
             );
         }
@@ -457,6 +471,8 @@ impl TunnelLab {
                 TUNNEL_SOURCE_V4,
                 "--source",
                 TUNNEL_SOURCE_V6,
+                "--gue-port",
+                &lb_common::GUE_PORT.to_string(),
             ],
         )
         .map(drop)

@@ -73,6 +73,12 @@ pub(in crate::config) fn xdp(raw: &RawXdp, issues: &mut Issues) -> XdpSettings {
             .tunnel_source_v6
             .as_ref()
             .and_then(|p| prefix(p, "xdp.tunnel_source_v6", issues)),
+        gue_port: match &raw.gue_port {
+            Some(port) => ranged(port, 1, 65535, "xdp.gue_port", issues)
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(lb_common::GUE_PORT),
+            None => lb_common::GUE_PORT,
+        },
     }
 }
 

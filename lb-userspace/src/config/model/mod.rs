@@ -282,6 +282,8 @@ pub struct XdpSettings {
     pub tunnel_source_v4: Option<ipnet::Ipv4Net>,
     /// The same for outer IPv6 sources (and IPv6 `ipip` vServices).
     pub tunnel_source_v6: Option<ipnet::Ipv6Net>,
+    /// The UDP destination port of GUE tunnels (`forwarding = "gue"`). Default 6080.
+    pub gue_port: u16,
 }
 
 /// XDP attach mode.
@@ -424,6 +426,9 @@ pub struct TunnelCheck {
     pub vip4: Option<std::net::Ipv4Addr>,
     /// The same for its IPv6 address.
     pub vip6: Option<Ipv6Addr>,
+    /// Whether the vService of `vip4` / `vip6` tunnels by GUE (else IP in IP).
+    pub gue4: bool,
+    pub gue6: bool,
     /// The server's position among the tunnelled servers: its checks' socket marks are
     /// derived from it ([`TunnelCheck::mark`]).
     pub index: u32,
@@ -438,6 +443,15 @@ impl TunnelCheck {
     /// the data path's `HEALTH_TUNNELS` maps to the outer header.
     pub fn mark(&self, address: IpAddr) -> u32 {
         lb_common::HEALTH_MARK_BASE + 2 * self.index + u32::from(address.is_ipv6())
+    }
+
+    /// Whether the checks of `address`'s family travel a GUE tunnel.
+    pub fn gue(&self, address: IpAddr) -> bool {
+        if address.is_ipv4() {
+            self.gue4
+        } else {
+            self.gue6
+        }
     }
 
     /// The VIP of `address`'s family, if a tunnelled vService of that family lists the
@@ -782,6 +796,9 @@ pub enum Forwarding {
     /// family (IPIP, IP6IP6) addressed to the backend, which may sit behind routers; its
     /// agent (`lb decap`) removes the outer header and it answers the client directly.
     Ipip,
+    /// Tunnel forwarding through GUE (S-TN1): the packet goes unchanged after an outer IP
+    /// header, UDP to `[xdp] gue_port` and a GUE header; the rest as `Ipip`.
+    Gue,
 }
 
 impl Forwarding {
@@ -791,6 +808,7 @@ impl Forwarding {
             Forwarding::Nat => "nat",
             Forwarding::Dsr => "dsr",
             Forwarding::Ipip => "ipip",
+            Forwarding::Gue => "gue",
         }
     }
 
@@ -798,6 +816,12 @@ impl Forwarding {
     /// balancer keeps no reverse translation and leaves ports and hop limits alone.
     pub fn is_direct(self) -> bool {
         !matches!(self, Forwarding::Nat)
+    }
+
+    /// True for the tunnel modes (`ipip`, `gue`): backends may sit behind routers, run the
+    /// agent, and are health-checked through the tunnel.
+    pub fn is_tunnel(self) -> bool {
+        matches!(self, Forwarding::Ipip | Forwarding::Gue)
     }
 }
 

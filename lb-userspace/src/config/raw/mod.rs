@@ -33,6 +33,7 @@ pub(in crate::config) struct RawXdp {
     pub attach_mode: Option<RawAttachMode>,
     pub tunnel_source_v4: Option<Spanned<String>>,
     pub tunnel_source_v6: Option<Spanned<String>>,
+    pub gue_port: Option<Spanned<i64>>,
 }
 
 /// `xdp.attach_mode`.
@@ -204,6 +205,7 @@ pub(in crate::config) enum RawForwarding {
     Nat,
     Dsr,
     Ipip,
+    Gue,
 }
 
 /// `[api]`.

@@ -120,6 +120,7 @@ fn full_config_round_trips_into_the_model() {
             attach_mode: AttachMode::Skb,
             tunnel_source_v4: None,
             tunnel_source_v6: None,
+            gue_port: 6080,
         },
         proxy: ProxySettings {
             workers: Some(3),

@@ -124,6 +124,7 @@ fn convert(
     let forwarding = match raw.forwarding.as_ref().map(|f| *f.get_ref()) {
         Some(RawForwarding::Dsr) => Forwarding::Dsr,
         Some(RawForwarding::Ipip) => Forwarding::Ipip,
+        Some(RawForwarding::Gue) => Forwarding::Gue,
         Some(RawForwarding::Nat) | None => Forwarding::Nat,
     };
     // Checked before giving up on a bad address or port, so their problems show too.

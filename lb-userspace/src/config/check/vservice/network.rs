@@ -137,12 +137,11 @@ pub(in crate::config) fn tunnel_sources(
         let Some(forwarding) = raw.forwarding.as_ref() else {
             continue;
         };
-        if !matches!(
-            forwarding.get_ref(),
-            crate::config::raw::RawForwarding::Ipip
-        ) {
-            continue;
-        }
+        let mode = match forwarding.get_ref() {
+            crate::config::raw::RawForwarding::Ipip => "ipip",
+            crate::config::raw::RawForwarding::Gue => "gue",
+            _ => continue,
+        };
         let v4 = raw
             .address
             .get_ref()
@@ -169,7 +168,7 @@ pub(in crate::config) fn tunnel_sources(
                     &forwarding.span(),
                     &format!("{}.forwarding", entry.path),
                     format!(
-                        "`ipip` forwarding of an {family} VIP needs [xdp] tunnel_source_{key}, \
+                        "`{mode}` forwarding of an {family} VIP needs [xdp] tunnel_source_{key}, \
                          the prefix outer sources are taken from (for example \"{}\")",
                         if key == "v4" {
                             "10.255.0.0/24"
@@ -183,23 +182,22 @@ pub(in crate::config) fn tunnel_sources(
     }
 }
 
-/// Gives every server of an `ipip` vService its [`TunnelCheck`]: the first such vService of
-/// each family (file order) that lists it names the VIP its checks go to (S-TN4).
+/// Gives every server of a tunnelled vService (`ipip`, `gue`) its [`TunnelCheck`]: the first
+/// such vService of each family (file order) that lists it names the VIP its checks go to
+/// and the tunnel they travel (S-TN4).
 pub(in crate::config) fn tunnel_checks(
     vservices: &[VService],
     backends: &mut crate::config::check::backends::Backends,
     issues: &mut Issues,
 ) {
-    let mut vips: HashMap<String, Vec<IpAddr>> = HashMap::new();
-    for vs in vservices
-        .iter()
-        .filter(|v| v.forwarding == Forwarding::Ipip)
-    {
+    let mut vips: HashMap<String, Vec<(IpAddr, bool)>> = HashMap::new();
+    for vs in vservices.iter().filter(|v| v.forwarding.is_tunnel()) {
+        let gue = vs.forwarding == Forwarding::Gue;
         for list_name in &vs.backends {
             for service in backends.expand(list_name) {
                 vips.entry(service.name.clone())
                     .or_default()
-                    .extend(vs.vips());
+                    .extend(vs.vips().map(|vip| (vip, gue)));
             }
         }
     }
@@ -208,16 +206,19 @@ pub(in crate::config) fn tunnel_checks(
         let Some(listed) = vips.get(&service.name) else {
             continue;
         };
-        let first = |v4: bool| listed.iter().copied().find(|a| a.is_ipv4() == v4);
+        let first = |v4: bool| listed.iter().copied().find(|(a, _)| a.is_ipv4() == v4);
+        let (v4, v6) = (first(true), first(false));
         service.tunnel_check = Some(TunnelCheck {
-            vip4: first(true).and_then(|a| match a {
+            vip4: v4.and_then(|(a, _)| match a {
                 IpAddr::V4(v4) => Some(v4),
                 IpAddr::V6(_) => None,
             }),
-            vip6: first(false).and_then(|a| match a {
+            vip6: v6.and_then(|(a, _)| match a {
                 IpAddr::V6(v6) => Some(v6),
                 IpAddr::V4(_) => None,
             }),
+            gue4: v4.is_some_and(|(_, gue)| gue),
+            gue6: v6.is_some_and(|(_, gue)| gue),
             index: count,
         });
         count += 1;
@@ -227,7 +228,7 @@ pub(in crate::config) fn tunnel_checks(
             &(0..0),
             "vservice",
             format!(
-                "{count} servers are listed by ipip vServices; the health checks of at most \
+                "{count} servers are listed by tunnelled vServices; the health checks of at most \
                  {MAX_TUNNEL_CHECKS} can travel the tunnel"
             ),
         );
