@@ -4,10 +4,12 @@
 //! flow the router moves to another balancer keeps its backend.
 //!
 //! A third test shares the configuration through one etcd (S-CL3) that runs in the
-//! backends' segment namespace.
+//! backends' segment namespace. A fourth runs the same group with tunnel forwarding
+//! (`forwarding = "ipip"`, S-TN1): the backends sit on subnets of their own behind the
+//! router and run the agent (`lb decap`).
 //!
-//! Needs root, bird2, etcd-server and etcd-client, the `lb` binary and the XDP object (see
-//! docs/development.md).
+//! Needs root, bird2, etcd-server and etcd-client, the `lb` binary and the XDP objects
+//! `lb-xdp` and `lb-decap` (see docs/development.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use lb_tests::netns::bird::require_bird;
 use lb_tests::netns::configs::validated;
-use lb_tests::netns::scale::{SEGMENT_ETCD_ADDR, ScaleTopology, balancer_addr, scale_backend_addr};
+use lb_tests::netns::scale::{SEGMENT_ETCD_ADDR, ScaleForwarding, ScaleTopology, balancer_addr};
+use lb_tests::netns::status::global;
 use lb_tests::netns::{HeldConn, require_data_path, tcp_ask};
 
 /// The VIP every test spreads and moves flows on.
@@ -32,32 +35,38 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// The configuration of one balancer: `web` on [`VIP`] over `web_backends`, `spare` on
-/// [`SPARE_VIP`] over s1 and s2, TCP checks each second, short reflection delays.
+/// [`SPARE_VIP`] over s1 and s2, TCP checks each second, short reflection delays; DSR.
 fn config(web_backends: &[&str]) -> String {
-    let mut cfg = String::from(
-        "[reflection]\nnetwork_remove_delay = 0.5\nnetwork_add_delay = 0.5\n\n\
-         [bgp]\nenabled = true\ntable = 100\n\n\
-         [[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\nperiod = 1\ntimeout = 1\n\
-         required_failures = 1\nrequired_successes = 1\n\n",
-    );
+    config_for(ScaleForwarding::Dsr, web_backends)
+}
+
+/// [`config`] with both vServices forwarding as `forwarding` says, to the backends where
+/// that mode has them.
+fn config_for(forwarding: ScaleForwarding, web_backends: &[&str]) -> String {
+    let mut cfg = forwarding.xdp_table();
+    cfg += "[reflection]\nnetwork_remove_delay = 0.5\nnetwork_add_delay = 0.5\n\n\
+            [bgp]\nenabled = true\ntable = 100\n\n\
+            [[health_check]]\nname = \"tcp\"\ntype = \"tcp\"\nperiod = 1\ntimeout = 1\n\
+            required_failures = 1\nrequired_successes = 1\n\n";
     for m in 1..=3 {
         cfg += &format!(
             "[[backend_service]]\nname = \"b{m}\"\naddress = \"{}\"\nport = {PORT}\nhealth_check = \"tcp\"\n\n",
-            scale_backend_addr(m)
+            forwarding.backend_addr(m)
         );
     }
     for m in 1..=2 {
         cfg += &format!(
             "[[backend_service]]\nname = \"s{m}\"\naddress = \"{}\"\nport = {SPARE_PORT}\nhealth_check = \"tcp\"\n\n",
-            scale_backend_addr(m)
+            forwarding.backend_addr(m)
         );
     }
     let list: Vec<String> = web_backends.iter().map(|b| format!("\"{b}\"")).collect();
+    let mode = forwarding.name();
     cfg += &format!(
         "[[vservice]]\nname = \"web\"\nkind = \"tcp-l4\"\naddress = \"{VIP}\"\nport = {PORT}\n\
-         forwarding = \"dsr\"\nbackends = [{}]\n\n\
+         forwarding = \"{mode}\"\nbackends = [{}]\n\n\
          [[vservice]]\nname = \"spare\"\nkind = \"tcp-l4\"\naddress = \"{SPARE_VIP}\"\n\
-         port = {SPARE_PORT}\nforwarding = \"dsr\"\nbackends = [\"s1\", \"s2\"]\n",
+         port = {SPARE_PORT}\nforwarding = \"{mode}\"\nbackends = [\"s1\", \"s2\"]\n",
         list.join(", ")
     );
     validated(&cfg);
@@ -88,17 +97,20 @@ fn paths(which: &[usize]) -> BTreeSet<Ipv4Addr> {
 /// Builds the network, starts the servers, `lb run` and BIRD everywhere, and waits for
 /// the router's three paths to both VIPs. `configs[i]` is balancer i+1's file.
 fn setup(configs: [String; 3]) -> (ScaleTopology, Vec<lb_tests::netns::ServerStop>) {
-    setup_with(configs, false)
+    setup_with(configs, false, ScaleForwarding::Dsr)
 }
 
-/// [`setup`], with etcd started in the segment namespace first when `etcd` is true.
+/// [`setup`], with etcd started in the segment namespace first when `etcd` is true, and the
+/// backends where `forwarding` has them (configs made by [`config_for`] in that mode).
 fn setup_with(
     configs: [String; 3],
     etcd: bool,
+    forwarding: ScaleForwarding,
 ) -> (ScaleTopology, Vec<lb_tests::netns::ServerStop>) {
     require_data_path().expect("lb and the XDP object");
     require_bird().expect("bird2");
-    let mut topo = ScaleTopology::new(3, 3, &[VIP, SPARE_VIP]).expect("scale-out topology");
+    let mut topo = ScaleTopology::with_forwarding(3, 3, &[VIP, SPARE_VIP], forwarding)
+        .expect("scale-out topology");
     if etcd {
         let url = topo.start_etcd().expect("etcd in the segment namespace");
         eprintln!("etcd answers on {url} in the segment namespace");
@@ -153,6 +165,18 @@ fn diagnostics(topo: &ScaleTopology) -> String {
         if let Some(bird) = &b.bird {
             out += &format!("bird: {:?}\n", bird.birdc(&["show", "protocols"]));
         }
+        if let Some(d) = &b.daemon {
+            let log = d.log();
+            let changes: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("health state changed"))
+                .collect();
+            out += &format!(
+                "health changes:\n{}\nweb's table: {:?}\n",
+                changes.join("\n"),
+                web_digest(topo, b.index)
+            );
+        }
     }
     if let Some(r) = &topo.router_bird {
         out += &format!("router bird: {:?}\n", r.birdc(&["show", "protocols"]));
@@ -170,8 +194,8 @@ fn new_flows(topo: &ScaleTopology) -> Vec<u64> {
         .collect()
 }
 
-/// A counter of `web` on balancer `i` (`lb status --json`).
-fn vip_counter(topo: &ScaleTopology, i: usize, name: &str) -> u64 {
+/// `lb status --json` of balancer `i`.
+fn lb_status(topo: &ScaleTopology, i: usize) -> serde_json::Value {
     let pin = topo
         .balancer(i)
         .expect("balancer")
@@ -181,7 +205,12 @@ fn vip_counter(topo: &ScaleTopology, i: usize, name: &str) -> u64 {
     let out = topo
         .lb(i, &["status", "--pin-dir", &pin, "--json"])
         .expect("lb status");
-    let json: serde_json::Value = serde_json::from_str(&out).expect("status json");
+    serde_json::from_str(&out).expect("status json")
+}
+
+/// A counter of `web` on balancer `i` (`lb status --json`).
+fn vip_counter(topo: &ScaleTopology, i: usize, name: &str) -> u64 {
+    let json = lb_status(topo, i);
     let vips = json["data_path"]["vips"]
         .as_array()
         .or(json["vips"].as_array())
@@ -260,13 +289,40 @@ impl Streams {
         out
     }
 
+    /// How many streams each backend accepted (the name its `hold` answer gave).
+    fn per_backend(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for (_, conn) in &self.held {
+            *out.entry(conn.reply.backend.clone()).or_default() += 1;
+        }
+        out
+    }
+
+    /// The streams that are not established on exactly the backend that accepted them, as
+    /// the backends' sockets (`ss` in each backend's namespace) show: (stream, that backend,
+    /// the backends holding its client port).
+    fn off_home(&self, topo: &ScaleTopology) -> Vec<(usize, String, Vec<String>)> {
+        let held = topo.established(PORT).expect("ss in the backends");
+        let mut off = Vec::new();
+        for (n, (_, conn)) in self.held.iter().enumerate() {
+            let client_port = conn.local_addr().expect("local address").port();
+            let holders = held.get(&client_port).cloned().unwrap_or_default();
+            if holders != [conn.reply.backend.clone()] {
+                off.push((n, conn.reply.backend.clone(), holders));
+            }
+        }
+        off
+    }
+
     /// Sends one line on every stream; returns the failures as (balancer it started on,
     /// error), e.g. a reset from a backend that has no such connection.
     fn echo_all(&mut self, tag: &str) -> Vec<(usize, String)> {
         let mut failed = Vec::new();
         for (n, (b, conn)) in self.held.iter_mut().enumerate() {
             if let Err(e) = conn.echo(&format!("{tag}-{n}")) {
-                failed.push((*b, format!("{e:#}")));
+                let port = conn.local_addr().map(|a| a.port()).unwrap_or(0);
+                let backend = &conn.reply.backend;
+                failed.push((*b, format!("{backend}, client port {port}: {e:#}")));
             }
         }
         failed
@@ -532,6 +588,183 @@ fn scale_negative_control_different_backend_set_resets_moved_flows() {
     );
 }
 
+/// Waits until the three balancers' kernel tables for `web` send flows to `count` backends
+/// each and agree (one digest); returns how long that took. A balancer announces a VIP once
+/// one of its backends is OK, and the others join its table as their own checks pass
+/// (plus `network_add_delay`), at slightly different times on each balancer: a flow opened
+/// before the tables agree may have been given a backend the others would not give it.
+fn wait_full_tables(topo: &ScaleTopology, count: usize) -> Duration {
+    let start = Instant::now();
+    loop {
+        let mut digests = BTreeSet::new();
+        let mut sizes = Vec::new();
+        for i in 1..=3 {
+            let view = topo.api(i, "GET", "/api/v1/vservices/web/table");
+            let tables = view
+                .as_ref()
+                .ok()
+                .and_then(|v| v["tables"].as_array().cloned())
+                .unwrap_or_default();
+            let backends: BTreeSet<&str> = tables
+                .iter()
+                .flat_map(|t| t["entries"].as_array().into_iter().flatten())
+                .filter_map(|e| e.as_str())
+                .collect();
+            sizes.push(backends.len());
+            for t in &tables {
+                digests.insert(t["digest"].as_str().unwrap_or("").to_owned());
+            }
+        }
+        if digests.len() == 1 && sizes.iter().all(|&n| n == count) {
+            return start.elapsed();
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            panic!(
+                "web's tables: backends per balancer {sizes:?}, digests {digests:?}\n{}",
+                diagnostics(topo)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The agents' counters of packets they dropped.
+const AGENT_DROPS: [&str; 5] = [
+    "bad_outer",
+    "fragment",
+    "foreign_source",
+    "bad_inner",
+    "unknown_vip",
+];
+
+/// Losing a balancer keeps every established flow, on the same backend, through the
+/// survivors, with tunnel forwarding as with DSR (S-TN1, S-CL4). The three balancers run
+/// `web` and `spare` with `forwarding = "ipip"` over the same backends, which sit on subnets
+/// of their own behind the router, hold the VIPs on `lo` and run the agent (`lb decap`).
+/// Once the three balancers' tables hold every backend and agree, 90 new connections spread
+/// over the three and 45 long-lived echo streams are held; balancer 1's link goes down and
+/// the router drops its path. Then every stream still echoes (0 resets) and is established
+/// on the backend that accepted it (the name its `hold` answer gave) and on no other (`ss` in
+/// every backend's namespace); balancers 2 and 3 re-hash the moved packets (`ct_misses`) to
+/// the same backends and tunnel them; new connections are answered through balancers 2 and
+/// 3 only. Balancer 1 comes back, the streams move back and still echo on their backends; no
+/// agent dropped a packet.
+///
+/// Run as root: `cargo test -p lb-tests --test e2e_scale -- --nocapture scale_ipip`, with
+/// `LB_BIN`, `LB_XDP_OBJECT` and `LB_DECAP_OBJECT` naming `lb` and the objects as
+/// `cargo xtask test` does (bird2 too). About 10 s.
+#[test]
+fn scale_ipip_established_flows_survive_losing_a_balancer() {
+    let _serial = serial();
+    let started = Instant::now();
+    let ipip = ScaleForwarding::Ipip;
+    let web = ["b1", "b2", "b3"];
+    let configs = [
+        config_for(ipip, &web),
+        config_for(ipip, &web),
+        config_for(ipip, &web),
+    ];
+    let (topo, _spare) = setup_with(configs, false, ipip);
+    let settled = wait_full_tables(&topo, 3);
+    eprintln!(
+        "three balancers announce the tunnelled VIPs {:?} after the start; their tables hold \
+         the three backends and agree {settled:?} later",
+        started.elapsed() - settled
+    );
+
+    let counts = spread(&topo, 90);
+    eprintln!("90 new connections over balancers 1/2/3: {counts:?}");
+    assert!(counts.iter().all(|&c| c >= 10), "spread {counts:?}");
+
+    let mut streams = Streams::open(&topo, 45);
+    let held = streams.per_balancer();
+    let homes = streams.per_backend();
+    eprintln!("45 echo streams over balancers {held:?}, over backends {homes:?}");
+    assert!(
+        (1..=3).all(|i| held.get(&i).copied().unwrap_or(0) >= 3),
+        "{held:?}"
+    );
+    assert_eq!(homes.len(), 3, "every backend accepted streams: {homes:?}");
+    assert!(streams.echo_all("before").is_empty());
+    let off = streams.off_home(&topo);
+    assert!(off.is_empty(), "streams away from their backend: {off:?}");
+
+    let survivors = |name: &str| vip_counter(&topo, 2, name) + vip_counter(&topo, 3, name);
+    let tunnelled = || {
+        [2, 3]
+            .iter()
+            .map(|&i| global(&lb_status(&topo, i), "tunnelled").expect("tunnelled counter"))
+            .sum::<u64>()
+    };
+    let (misses_before, tunnelled_before) = (survivors("ct_misses"), tunnelled());
+
+    // Balancer 1 is lost: the router moves its flows to balancers 2 and 3, which send every
+    // one to the backend balancer 1 did, inside the same outer header.
+    let t0 = Instant::now();
+    topo.set_uplink(1, false).expect("link down");
+    let gone = topo
+        .wait_paths(VIP, &paths(&[2, 3]), Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", diagnostics(&topo)));
+    eprintln!("balancer 1 down: the router dropped its path after {gone:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    let failed = streams.echo_all("l1-down");
+    assert!(
+        failed.is_empty(),
+        "streams reset after balancer 1 was lost: {failed:?}\n{}",
+        diagnostics(&topo)
+    );
+    let off = streams.off_home(&topo);
+    assert!(off.is_empty(), "streams away from their backend: {off:?}");
+    let misses = survivors("ct_misses") - misses_before;
+    let moved = tunnelled() - tunnelled_before;
+    eprintln!(
+        "45 streams echo on their backends; balancers 2 and 3 re-hashed {misses} packets of \
+         flows they never saw open (ct_misses) and tunnelled {moved} packets"
+    );
+    assert!(
+        misses > 0,
+        "the moved streams reached balancers that never saw their SYN"
+    );
+    assert!(
+        moved >= 45,
+        "every stream went through balancer 2 or 3: {moved}"
+    );
+    let counts = spread(&topo, 90);
+    eprintln!("90 new connections with balancer 1 down: {counts:?}");
+    assert_eq!(counts[0], 0, "{counts:?}");
+    assert!(counts[1] > 0 && counts[2] > 0, "{counts:?}");
+
+    // Balancer 1 returns: its path comes back and the streams moving back keep working.
+    topo.set_uplink(1, true).expect("link up");
+    let back = topo
+        .wait_paths(VIP, &paths(&[1, 2, 3]), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", diagnostics(&topo)));
+    eprintln!("balancer 1 up: its path came back after {back:?}");
+    let failed = streams.echo_all("l1-back");
+    assert!(
+        failed.is_empty(),
+        "streams reset after balancer 1 returned: {failed:?}"
+    );
+    let off = streams.off_home(&topo);
+    assert!(off.is_empty(), "streams away from their backend: {off:?}");
+
+    for m in 1..=3 {
+        let counters = topo.agent_counters(m).expect("lb decap --status");
+        for name in AGENT_DROPS {
+            assert_eq!(
+                counters[name].as_u64(),
+                Some(0),
+                "backend {m}'s agent dropped packets ({name}): {counters}"
+            );
+        }
+        assert!(
+            counters["decapsulated"].as_u64().unwrap_or(0) > 0,
+            "backend {m}'s agent: {counters}"
+        );
+    }
+    eprintln!("the test took {:?}", started.elapsed());
+}
+
 /// `GET /api/v1/cluster` on balancer `i`.
 fn cluster(topo: &ScaleTopology, i: usize) -> serde_json::Value {
     topo.api(i, "GET", "/api/v1/cluster")
@@ -655,7 +888,7 @@ fn wait_until(
 fn scale_etcd_shared_configuration_maintenance_and_outage() {
     let _serial = serial();
     let configs = [etcd_config(1), etcd_config(2), etcd_config(3)];
-    let (mut topo, _spare) = setup_with(configs, true);
+    let (mut topo, _spare) = setup_with(configs, true, ScaleForwarding::Dsr);
 
     // (1) One revision, one table.
     let (first_rev, first_digest, took) = wait_agreement(

@@ -1,25 +1,32 @@
 //! The scale-out topology: a client behind a router that spreads flows over three
 //! balancers by ECMP, the balancers announcing their VIPs over BGP (BIRD 2 with BFD) from
-//! the routes `lb run` keeps, and the backends on one segment shared by all balancers, in
-//! DSR mode (S-AN1..3, S-CL4).
+//! the routes `lb run` keeps (S-AN1..3, S-CL4). Where the backends live follows the
+//! forwarding mode ([`ScaleForwarding`]): on one segment shared by all balancers in DSR mode,
+//! or on subnets of their own behind the router with tunnel forwarding.
 //!
 //! ```text
 //!  client ns (eth0 10.210.0.2/30, default via 10.210.0.1)
 //!     |
 //!  router ns (c 10.210.0.1/30; lN 10.210.N.1/30; seg 10.210.20.1/24; AS 65000;
 //!             BIRD: merge paths, BFD; fib_multipath_hash_policy=1)
-//!     |  lN <-> wan0
-//!  balancer N ns (wan0 10.210.N.2/30, AS 6500N; seg0 10.210.20.1N/24; lb run + BIRD)
-//!     |  seg0 <-> pN (bridge port)
+//!     |  lN <-> wan0                                   (ipip) |  bM <-> eth0
+//!  balancer N ns (wan0 10.210.N.2/30, AS 6500N;       backend M ns (eth0 10.210.(48+M).2/24,
+//!                 seg0 10.210.20.1N/24; lb run + BIRD)    default via the router; VIPs on lo,
+//!     |  seg0 <-> pN (bridge port)                        ARP off; `lb decap` on eth0)
 //!  segment ns (bridge br0 10.210.20.250/24: pN, pr, pbM; etcd on :2379 when a test
 //!              shares the configuration through it)
-//!     |  pbM <-> eth0
+//!     |  pbM <-> eth0                                  (dsr)
 //!  backend M ns (eth0 10.210.20.10M/24, default via 10.210.20.1; VIPs on lo, ARP off)
 //! ```
-//! The backends answer the client directly through the router (DSR). Every balancer runs
-//! `lb run` with its own copy of the same configuration and its own pin directory.
+//! In DSR mode the backends answer the client directly through the router. With tunnel
+//! forwarding the balancers reach the backends' subnets ([`ROUTED_BACKENDS`]) through the
+//! router's address on the segment: the XDP program sends each VIP packet inside an outer
+//! IPv4 header (from [`SCALE_TUNNEL_SOURCE_V4`]) into `seg0`, the router forwards it to the
+//! backend, whose agent removes the outer header, and the backend answers the client
+//! directly through the router. Every balancer runs `lb run` with its own copy of the same
+//! configuration and its own pin directory.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,6 +49,17 @@ pub const VIP_TABLE: u32 = 100;
 pub const SEGMENT_ETCD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 210, 20, 250);
 /// The router's AS.
 const ROUTER_AS: u32 = 65000;
+/// The subnets of the backends behind the router with tunnel forwarding: backend `m` on
+/// `10.210.(48+m).0/24`.
+pub const ROUTED_BACKENDS: &str = "10.210.48.0/20";
+/// The prefix the balancers take outer IPv4 sources from with tunnel forwarding
+/// (`[xdp] tunnel_source_v4`); the backends' agents take tunnel packets only from it.
+pub const SCALE_TUNNEL_SOURCE_V4: &str = "10.210.200.0/24";
+/// The router's address on the segment: the balancers' next hop towards routed backends.
+const ROUTER_SEGMENT_ADDR: &str = "10.210.20.1";
+/// The balancers' routing table for the marked health checks of tunnelled servers (their
+/// main table blackholes the VIPs).
+const HEALTH_TABLE: &str = "4242";
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// The uplink address of balancer `n` (1-based), the router's BGP neighbour.
@@ -52,6 +70,54 @@ pub fn balancer_addr(n: usize) -> Ipv4Addr {
 /// The address of backend `m` (1-based) on the shared segment.
 pub fn scale_backend_addr(m: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 210, 20, 100 + m as u8)
+}
+
+/// The address of backend `m` (1-based) on its own subnet behind the router; the router is
+/// `.1` there.
+pub fn routed_backend_addr(m: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 210, 48 + m as u8, 2)
+}
+
+/// How the balancers forward to the backends, and so where the backends live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleForwarding {
+    /// `forwarding = "dsr"`: the backends sit on the segment the balancers share
+    /// ([`scale_backend_addr`]).
+    Dsr,
+    /// `forwarding = "ipip"`: each backend sits on a subnet of its own behind the router
+    /// ([`routed_backend_addr`]) and runs the agent (`lb decap`), which takes tunnel packets
+    /// only from [`SCALE_TUNNEL_SOURCE_V4`]. The balancers route [`ROUTED_BACKENDS`] via the
+    /// router's address on the segment, blackhole the VIPs in their main table and send the
+    /// marked health checks of tunnelled servers (S-TN4) to the router by a rule.
+    Ipip,
+}
+
+impl ScaleForwarding {
+    /// The value of a vService's `forwarding` key.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScaleForwarding::Dsr => "dsr",
+            ScaleForwarding::Ipip => "ipip",
+        }
+    }
+
+    /// The address of backend `m` (1-based).
+    pub fn backend_addr(self, m: usize) -> Ipv4Addr {
+        match self {
+            ScaleForwarding::Dsr => scale_backend_addr(m),
+            ScaleForwarding::Ipip => routed_backend_addr(m),
+        }
+    }
+
+    /// The `[xdp]` table a balancer's configuration needs in this mode (none for DSR).
+    pub fn xdp_table(self) -> String {
+        match self {
+            ScaleForwarding::Dsr => String::new(),
+            ScaleForwarding::Ipip => {
+                format!("[xdp]\ntunnel_source_v4 = \"{SCALE_TUNNEL_SOURCE_V4}\"\n\n")
+            }
+        }
+    }
 }
 
 /// One balancer: its namespace, `lb run` and BIRD. Fields drop in order: the daemons
@@ -73,7 +139,7 @@ pub struct Balancer {
     pub dir: PathBuf,
 }
 
-/// One backend host on the shared segment.
+/// One backend host.
 pub struct ScaleBackend {
     /// `b1`, `b2`, ...
     pub name: String,
@@ -81,6 +147,8 @@ pub struct ScaleBackend {
     pub ns: Netns,
     /// Its address.
     pub addr: Ipv4Addr,
+    /// Where its agent pins (`lb decap --pin-dir`), with tunnel forwarding.
+    pub agent_pins: Option<PathBuf>,
 }
 
 /// BFD timers of the harness's router: those `lb bird-config` prints for the balancers, so
@@ -107,6 +175,8 @@ pub struct ScaleTopology {
     pub router: Netns,
     /// The shared segment's namespace (the bridge).
     pub segment: Netns,
+    /// How the balancers forward, and so where the backends live.
+    pub forwarding: ScaleForwarding,
     /// Configs and logs.
     pub work_dir: PathBuf,
     /// Unique id (`lbs<pid>-<n>`).
@@ -117,6 +187,17 @@ impl ScaleTopology {
     /// Builds `balancers` balancers and `backends` backends with the VIPs `vips` on the
     /// backends' `lo` (DSR). No daemon runs yet.
     pub fn new(balancers: usize, backends: usize, vips: &[Ipv4Addr]) -> Result<ScaleTopology> {
+        ScaleTopology::with_forwarding(balancers, backends, vips, ScaleForwarding::Dsr)
+    }
+
+    /// [`ScaleTopology::new`] with the backends where `forwarding` wants them; with tunnel
+    /// forwarding every backend's agent is attached. No daemon runs yet.
+    pub fn with_forwarding(
+        balancers: usize,
+        backends: usize,
+        vips: &[Ipv4Addr],
+        forwarding: ScaleForwarding,
+    ) -> Result<ScaleTopology> {
         anyhow::ensure!((1..=9).contains(&balancers) && (1..=9).contains(&backends));
         remove_stale();
         let pid = std::process::id();
@@ -136,6 +217,7 @@ impl ScaleTopology {
             client,
             router,
             segment,
+            forwarding,
             work_dir,
             id,
         };
@@ -153,23 +235,99 @@ impl ScaleTopology {
             });
         }
         for m in 1..=backends {
+            let agent_pins = (forwarding == ScaleForwarding::Ipip)
+                .then(|| PathBuf::from(format!("/sys/fs/bpf/lbtest-scale-{pid}-{n}-b{m}")));
             topo.backends.push(ScaleBackend {
                 name: format!("b{m}"),
                 ns: Netns::create(&format!("{}-b{m}", topo.id))?,
-                addr: scale_backend_addr(m),
+                addr: forwarding.backend_addr(m),
+                agent_pins,
             });
         }
         topo.wire(vips)
             .with_context(|| format!("building the scale-out topology {}", topo.id))?;
+        if forwarding == ScaleForwarding::Ipip {
+            lbctl::ensure_bpffs()?;
+            for b in &topo.backends {
+                topo.agent(b, &["--source", SCALE_TUNNEL_SOURCE_V4])
+                    .with_context(|| format!("attaching the agent on {}", b.name))?;
+            }
+        }
         Ok(topo)
+    }
+
+    /// Runs `lb decap --iface eth0 args... --pin-dir <its pins>` in backend `b`'s namespace.
+    fn agent(&self, b: &ScaleBackend, args: &[&str]) -> Result<String> {
+        let pins = b
+            .agent_pins
+            .as_ref()
+            .with_context(|| format!("{} runs no agent", b.name))?
+            .display()
+            .to_string();
+        let mut all = vec!["decap", "--iface", "eth0"];
+        all.extend_from_slice(args);
+        all.extend(["--pin-dir", pins.as_str()]);
+        lbctl::lb(&b.ns.path(), &all)
+    }
+
+    /// The counters of backend `m`'s agent (`lb decap --status --json`): `decapsulated`,
+    /// `foreign_source`, ... by name.
+    pub fn agent_counters(&self, m: usize) -> Result<serde_json::Value> {
+        let b = self
+            .backends
+            .get(m.wrapping_sub(1))
+            .with_context(|| format!("no backend {m}"))?;
+        let out = self.agent(b, &["--status", "--json"])?;
+        let all: serde_json::Value =
+            serde_json::from_str(&out).with_context(|| format!("lb decap --status: {out}"))?;
+        let counters = all[0]["counters"].clone();
+        if !counters.is_object() {
+            bail!("no counters in lb decap --status of {}: {out}", b.name);
+        }
+        Ok(counters)
+    }
+
+    /// The client's TCP connections to `port` that a backend holds established, by the
+    /// client's port: the names of the backends whose namespace has that connection (`ss`).
+    pub fn established(&self, port: u16) -> Result<BTreeMap<u16, Vec<String>>> {
+        let mut out: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+        let filter = format!("sport = :{port}");
+        for b in &self.backends {
+            let text =
+                b.ns.exec("ss", &["-Htn", "state", "established", &filter])?;
+            for line in text.lines() {
+                // Recv-Q Send-Q Local:Port Peer:Port (no State column with `state`).
+                let Some(peer) = line.split_whitespace().nth(3) else {
+                    continue;
+                };
+                let Some((addr, client_port)) = peer.rsplit_once(':') else {
+                    continue;
+                };
+                let addr = addr.trim_start_matches("[::ffff:").trim_end_matches(']');
+                if addr == SCALE_CLIENT.to_string()
+                    && let Ok(client_port) = client_port.parse()
+                {
+                    out.entry(client_port).or_default().push(b.name.clone());
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn wire(&self, vips: &[Ipv4Addr]) -> Result<()> {
         let (c, r, s) = (&self.client, &self.router, &self.segment);
+        let ipip = self.forwarding == ScaleForwarding::Ipip;
         r.sysctl(&[
             ("net.ipv4.ip_forward", "1"),
             ("net.ipv4.fib_multipath_hash_policy", "1"),
         ])?;
+        if ipip {
+            // The tunnel's outer sources are routed nowhere: no reverse-path filter for them.
+            r.sysctl(&[
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.default.rp_filter", "0"),
+            ])?;
+        }
         veth(c, "eth0", r, "c")?;
         c.ip(&["addr", "add", "10.210.0.2/30", "dev", "eth0"])?;
         r.ip(&["addr", "add", "10.210.0.1/30", "dev", "c"])?;
@@ -221,16 +379,38 @@ impl ScaleTopology {
             offload(l, "seg0", false)?;
             offload(s, &format!("p{i}"), true)?;
             offload(r, &format!("l{i}"), true)?;
+            if ipip {
+                self.route_tunnels(l, vips)?;
+            }
         }
         for (k, b) in self.backends.iter().enumerate() {
             let m = k + 1;
-            veth(&b.ns, "eth0", s, &format!("pb{m}"))?;
+            if ipip {
+                let dev = format!("b{m}");
+                veth(&b.ns, "eth0", r, &dev)?;
+                r.ip(&[
+                    "addr",
+                    "add",
+                    &format!("10.210.{}.1/24", 48 + m),
+                    "dev",
+                    &dev,
+                ])?;
+                up(r, &dev)?;
+                offload(r, &dev, false)?;
+            } else {
+                veth(&b.ns, "eth0", s, &format!("pb{m}"))?;
+                port(s, &format!("pb{m}"))?;
+                offload(s, &format!("pb{m}"), true)?;
+            }
             b.ns.ip(&["addr", "add", &format!("{}/24", b.addr), "dev", "eth0"])?;
             up(&b.ns, "eth0")?;
-            port(s, &format!("pb{m}"))?;
-            offload(&b.ns, "eth0", true)?;
-            offload(s, &format!("pb{m}"), true)?;
-            b.ns.ip(&["route", "add", "default", "via", "10.210.20.1"])?;
+            offload(&b.ns, "eth0", !ipip)?;
+            let gateway = if ipip {
+                format!("10.210.{}.1", 48 + m)
+            } else {
+                ROUTER_SEGMENT_ADDR.to_owned()
+            };
+            b.ns.ip(&["route", "add", "default", "via", &gateway])?;
             for vip in vips {
                 b.ns.ip(&["addr", "add", &format!("{vip}/32"), "dev", "lo"])?;
             }
@@ -249,8 +429,57 @@ impl ScaleTopology {
                     .with_context(|| format!("balancer {} cannot reach {}", l.index, b.name))?;
             }
         }
-        c.exec("ping", &["-c", "1", "-W", "1", "-q", "10.210.20.101"])
-            .context("the client cannot reach the backend segment through the router")?;
+        let first = self.forwarding.backend_addr(1).to_string();
+        c.exec("ping", &["-c", "1", "-W", "1", "-q", &first])
+            .context("the client cannot reach the backends through the router")?;
+        Ok(())
+    }
+
+    /// Tunnel forwarding on balancer namespace `l`: the backends' subnets via the router's
+    /// address on the segment; the VIPs blackholed in the main table, so that VIP packets
+    /// the program leaves to the kernel do not go back to the router; the marked health
+    /// checks of tunnelled servers (S-TN4) routed to the router on the segment by a rule,
+    /// where the tc program puts them inside the tunnel.
+    fn route_tunnels(&self, l: &Netns, vips: &[Ipv4Addr]) -> Result<()> {
+        l.ip(&[
+            "route",
+            "add",
+            ROUTED_BACKENDS,
+            "via",
+            ROUTER_SEGMENT_ADDR,
+            "dev",
+            "seg0",
+        ])?;
+        let marks = format!(
+            "{:#x}/{:#x}",
+            lb_common::HEALTH_MARK_BASE,
+            lb_common::HEALTH_MARK_MASK
+        );
+        l.ip(&[
+            "rule",
+            "add",
+            "fwmark",
+            &marks,
+            "lookup",
+            HEALTH_TABLE,
+            "priority",
+            "100",
+        ])?;
+        for vip in vips {
+            let host = format!("{vip}/32");
+            l.ip(&["route", "add", "blackhole", &host])?;
+            l.ip(&[
+                "route",
+                "add",
+                &host,
+                "via",
+                ROUTER_SEGMENT_ADDR,
+                "dev",
+                "seg0",
+                "table",
+                HEALTH_TABLE,
+            ])?;
+        }
         Ok(())
     }
 
@@ -489,6 +718,15 @@ impl Drop for ScaleTopology {
             let _ = std::fs::remove_file(lb::daemon::report_path(&b.pin_dir));
             let _ = std::fs::remove_file(lb::daemon::states_path(&b.config));
             let _ = std::fs::remove_file(lb::daemon::drained_path(&b.config));
+        }
+        for b in &self.backends {
+            let Some(pins) = &b.agent_pins else { continue };
+            if pins.exists() && self.agent(b, &["--detach"]).is_err() {
+                eprintln!("harness: could not detach the agent of {}", b.name);
+            }
+            if pins.exists() && std::fs::remove_dir_all(pins).is_err() {
+                eprintln!("harness: cannot remove {}", pins.display());
+            }
         }
         self.router_bird = None;
         self.etcd = None;
