@@ -11,8 +11,10 @@
 //!
 //! Both families' VIPs are in the maps at once and their cases are timed in turns, round
 //! after round, so the IPv6/IPv4 ratios compare packets measured at the same moment.
-//! Last, `versus` times Katran's program beside ours on the same frames (its own module).
+//! Then `versus` times Katran's program beside ours on the same frames (its own module), and
+//! `decap` the backend agent's program beside a pass-only program and Katran's decapsulation.
 
+mod decap;
 mod katran;
 mod versus;
 
@@ -327,11 +329,20 @@ fn main() -> Result<()> {
         drop(env);
         return Ok(());
     }
-    // `bench-xdp versus` times only the comparison with Katran.
-    if std::env::args().nth(1).as_deref() == Some("versus") {
-        versus::run(&object)?;
-        drop(env);
-        return Ok(());
+    // `bench-xdp versus` times only the comparison with Katran, `bench-xdp decap` only the
+    // backend agent's.
+    match std::env::args().nth(1).as_deref() {
+        Some("versus") => {
+            versus::run(&object)?;
+            drop(env);
+            return Ok(());
+        }
+        Some("decap") => {
+            decap::run_decap()?;
+            drop(env);
+            return Ok(());
+        }
+        _ => {}
     }
     let mut ratios = Vec::new();
     // Per family: 1 VIP x 3 backends, and 50 VIPs x 1,000 backends (100 VIPs x 1,000 in
@@ -371,6 +382,7 @@ fn main() -> Result<()> {
     }
     maglev_build();
     versus::run(&object)?;
+    decap::run_decap()?;
     drop(env);
     Ok(())
 }
