@@ -10,7 +10,10 @@ use lb_common::decap::{DECAP_BAD_INNER, DECAP_BAD_OUTER, DECAP_FRAGMENT};
 use lb_common::{FAMILY_V4, FAMILY_V6};
 
 use crate::csum;
-use crate::headers::{IP_FRAG_MASK, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr};
+use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
+
+use crate::headers::{IP_FRAG_MASK, IPV6_HDR_LEN};
+use crate::parse::words6;
 use crate::parse::{GUE_LEN, IPV4_HDR_LEN, Outer, PROTO_INNER_V4, PROTO_INNER_V6, ptr_at};
 
 /// Bytes of IPv4 options at most (IHL 15).
@@ -62,10 +65,10 @@ fn outer_ip(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
     if o.family == FAMILY_V4 {
         let ip = o.ip as *const Ipv4Hdr;
         // Version 4 and IHL 5: a balancer's outer header carries no options.
-        if unsafe { (*ip).ver_ihl } != 0x45 {
+        if unsafe { (*ip).vihl } != 0x45 {
             return Err(DECAP_BAD_OUTER);
         }
-        let total = u16::from_be(unsafe { (*ip).tot_len }) as usize;
+        let total = u16::from_be_bytes(unsafe { (*ip).tot_len }) as usize;
         // Bytes past `total` are the link's padding; the kernel trims them.
         if total < IPV4_HDR_LEN || l3 + total > frame {
             return Err(DECAP_BAD_OUTER);
@@ -73,16 +76,16 @@ fn outer_ip(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
         if csum::fold(fixed_sum(ip)) != 0xffff {
             return Err(DECAP_BAD_OUTER);
         }
-        if unsafe { (*ip).frag_off } & IP_FRAG_MASK != 0 {
+        if u16::from_ne_bytes(unsafe { (*ip).frags }) & IP_FRAG_MASK != 0 {
             return Err(DECAP_FRAGMENT);
         }
         Ok(total - IPV4_HDR_LEN)
     } else {
         let ip = o.ip as *const Ipv6Hdr;
-        if u32::from_be(unsafe { (*ip).ver_tc_flow }) >> 28 != 6 {
+        if unsafe { (*ip).vcf[0] } >> 4 != 6 {
             return Err(DECAP_BAD_OUTER);
         }
-        let payload = u16::from_be(unsafe { (*ip).payload_len }) as usize;
+        let payload = u16::from_be_bytes(unsafe { (*ip).payload_len }) as usize;
         if l3 + IPV6_HDR_LEN + payload > frame {
             return Err(DECAP_BAD_OUTER);
         }
@@ -102,9 +105,9 @@ pub fn inner(
 ) -> Result<Inner, u32> {
     if o.proto == PROTO_INNER_V4 {
         let ip: *mut Ipv4Hdr = ptr_at(start, end, off).ok_or(DECAP_BAD_INNER)?;
-        let ver_ihl = unsafe { (*ip).ver_ihl };
+        let ver_ihl = unsafe { (*ip).vihl };
         let header = ((ver_ihl & 0x0f) as usize) * 4;
-        let total = u16::from_be(unsafe { (*ip).tot_len }) as usize;
+        let total = u16::from_be_bytes(unsafe { (*ip).tot_len }) as usize;
         if ver_ihl >> 4 != 4 || header < IPV4_HDR_LEN || header > payload || total != payload {
             return Err(DECAP_BAD_INNER);
         }
@@ -118,18 +121,18 @@ pub fn inner(
         }
         Ok(Inner {
             family: FAMILY_V4,
-            daddr: [unsafe { (*ip).daddr }, 0, 0, 0],
+            daddr: [u32::from_ne_bytes(unsafe { (*ip).dst_addr }), 0, 0, 0],
         })
     } else {
         let ip: *mut Ipv6Hdr = ptr_at(start, end, off).ok_or(DECAP_BAD_INNER)?;
-        let version = u32::from_be(unsafe { (*ip).ver_tc_flow }) >> 28;
-        let inner_payload = u16::from_be(unsafe { (*ip).payload_len }) as usize;
+        let version = unsafe { (*ip).vcf[0] } >> 4;
+        let inner_payload = u16::from_be_bytes(unsafe { (*ip).payload_len }) as usize;
         if version != 6 || IPV6_HDR_LEN + inner_payload != payload {
             return Err(DECAP_BAD_INNER);
         }
         Ok(Inner {
             family: FAMILY_V6,
-            daddr: unsafe { (*ip).daddr },
+            daddr: words6(unsafe { &(*ip).dst_addr }),
         })
     }
 }

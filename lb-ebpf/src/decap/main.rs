@@ -34,7 +34,9 @@ use aya_ebpf::{macros::xdp, programs::XdpContext};
 use lb_common::decap::*;
 use lb_common::{Addr, AddrKey, FAMILY_V4};
 
-use crate::headers::{ETH_P_IP, ETH_P_IPV6, EthHdr};
+use network_types::eth::EthHdr;
+
+use crate::headers::{ETH_P_IP, ETH_P_IPV6};
 use crate::maps::{DECAP_CONFIG, DECAP_LOCAL, DECAP_SOURCES, DECAP_VIPS};
 use crate::parse::{Outer, PROTO_INNER_V4, ptr_at};
 
@@ -126,7 +128,7 @@ fn strip(ctx: &XdpContext, o: &Outer) -> u32 {
         return xdp_action::XDP_ABORTED;
     };
     // SAFETY: bounds-checked above; copied out before the header is overwritten.
-    let (dst, src) = unsafe { ((*eth).dst, (*eth).src) };
+    let (dst, src) = unsafe { ((*eth).dst_addr, (*eth).src_addr) };
     let ethertype = if o.proto == PROTO_INNER_V4 {
         ETH_P_IP
     } else {
@@ -141,9 +143,9 @@ fn strip(ctx: &XdpContext, o: &Outer) -> u32 {
     };
     // SAFETY: bounds-checked against the moved frame.
     unsafe {
-        (*eth).dst = dst;
-        (*eth).src = src;
-        (*eth).proto = ethertype;
+        (*eth).dst_addr = dst;
+        (*eth).src_addr = src;
+        (*eth).ether_type = ethertype;
     }
     xdp_action::XDP_PASS
 }

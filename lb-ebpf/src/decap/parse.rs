@@ -6,9 +6,22 @@ use core::mem::size_of;
 
 use lb_common::{FAMILY_V4, FAMILY_V6};
 
-use crate::headers::{
-    ETH_P_IP, ETH_P_IPV6, EthHdr, IPPROTO_UDP, IPV6_HDR_LEN, Ipv4Hdr, Ipv6Hdr, UdpGue,
-};
+use network_types::eth::EthHdr;
+use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
+use network_types::udp::UdpHdr;
+
+use crate::headers::{ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, IPV6_HDR_LEN};
+
+/// The 16-byte key form of an IPv6 address (four native-order words of its bytes).
+#[inline(always)]
+pub fn words6(a: &[u8; 16]) -> [u32; 4] {
+    [
+        u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
+        u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),
+        u32::from_ne_bytes([a[8], a[9], a[10], a[11]]),
+        u32::from_ne_bytes([a[12], a[13], a[14], a[15]]),
+    ]
+}
 
 /// IPv4 inside IP (IPIP).
 pub const PROTO_INNER_V4: u8 = 4;
@@ -59,7 +72,7 @@ pub fn ptr_at<T>(start: usize, end: usize, off: usize) -> Option<*mut T> {
 pub fn outer(start: usize, end: usize, gue_port: u16) -> Option<Outer> {
     let eth: *mut EthHdr = ptr_at(start, end, 0)?;
     let l3 = size_of::<EthHdr>();
-    let ethertype = unsafe { (*eth).proto };
+    let ethertype = unsafe { (*eth).ether_type };
     if ethertype == ETH_P_IP {
         let ip: *mut Ipv4Hdr = ptr_at(start, end, l3)?;
         let (proto, gue) = tunnel(
@@ -73,13 +86,13 @@ pub fn outer(start: usize, end: usize, gue_port: u16) -> Option<Outer> {
             family: FAMILY_V4,
             proto,
             gue,
-            saddr: [unsafe { (*ip).saddr }, 0, 0, 0],
-            daddr: [unsafe { (*ip).daddr }, 0, 0, 0],
+            saddr: [u32::from_ne_bytes(unsafe { (*ip).src_addr }), 0, 0, 0],
+            daddr: [u32::from_ne_bytes(unsafe { (*ip).dst_addr }), 0, 0, 0],
         })
     } else if ethertype == ETH_P_IPV6 {
         let ip: *mut Ipv6Hdr = ptr_at(start, end, l3)?;
         let (proto, gue) = tunnel(
-            unsafe { (*ip).nexthdr },
+            unsafe { (*ip).next_hdr },
             (start, end),
             l3 + IPV6_HDR_LEN,
             gue_port,
@@ -89,8 +102,8 @@ pub fn outer(start: usize, end: usize, gue_port: u16) -> Option<Outer> {
             family: FAMILY_V6,
             proto,
             gue,
-            saddr: unsafe { (*ip).saddr },
-            daddr: unsafe { (*ip).daddr },
+            saddr: words6(unsafe { &(*ip).src_addr }),
+            daddr: words6(unsafe { &(*ip).dst_addr }),
         })
     } else {
         None
@@ -113,16 +126,17 @@ fn tunnel(
     if proto != IPPROTO_UDP || gue_port == 0 {
         return None;
     }
-    let h: *mut UdpGue = ptr_at(start, end, l4)?;
+    let udp: *mut UdpHdr = ptr_at(start, end, l4)?;
+    let gue: *mut [u8; 4] = ptr_at(start, end, l4 + size_of::<UdpHdr>())?;
     // SAFETY: bounds-checked above.
-    let (dport, len, gue) = unsafe { ((*h).udp.dport, (*h).udp.len, (*h).gue) };
-    if dport != gue_port {
+    let (dport, len, gue) = unsafe { ((*udp).dst, (*udp).len, *gue) };
+    if u16::from_ne_bytes(dport) != gue_port {
         return None;
     }
     Some((
         gue[1],
         Some(Gue {
-            udp_len: u16::from_be(len) as usize,
+            udp_len: u16::from_be_bytes(len) as usize,
             // Version 0, control bit 0, no optional fields, no flags.
             plain: gue[0] == 0 && gue[2] == 0 && gue[3] == 0,
         }),
