@@ -1,8 +1,8 @@
 //! Tunnel forwarding (S-TN1, S-TN2): the packet of a tunnelled VIP goes unchanged inside
 //! an outer IP header of its own family (IPIP for IPv4, IP6IP6 for IPv6), or inside outer
-//! IP, UDP and a GUE header (`gue`), addressed to the chosen backend, to the FIB's next hop towards that backend, so that backends may sit
-//! behind routers; the backend's agent (`lb decap`) removes the outer header and the backend
-//! answers the client directly.
+//! IP, UDP and a GUE header (`gue`), addressed to the chosen backend, to the FIB's next hop
+//! towards that backend, so that backends may sit behind routers; the backend's agent
+//! (`lb decap`) removes the outer header and the backend answers the client directly.
 //!
 //! The balancer program chooses the backend as for any VIP, then hands the packet over by a
 //! tail call ([`hand_over`]) to the tunnel program ([`encapsulate`]), so that the verifier
@@ -10,15 +10,18 @@
 //! budget), as it does for NAT replies and ICMP errors.
 //!
 //! The outer source is the family's configured prefix with the flow's hash in its host
-//! bits (and, for IPv6, the hash in the flow label too; for GUE, in the UDP source port): routers' ECMP and the backends'
-//! RSS spread flows, and every balancer builds the same outer header for the same flow.
+//! bits (and, for IPv6, the hash in the flow label too; for GUE, in the UDP source port):
+//! routers' ECMP and the backends' RSS spread flows, and every balancer builds the same
+//! outer header for the same flow.
 
 use aya_ebpf::{
     EbpfContext, bindings::xdp_action, helpers::generated::bpf_xdp_adjust_head,
     programs::XdpContext,
 };
 use lb_common::{Addr, GLOBAL_FIB_PASS, GLOBAL_TOO_BIG, GLOBAL_TUNNEL_FAILED, GLOBAL_TUNNELLED};
-use lb_common::{GUE_OVERHEAD, PROG_TUNNEL, TunnelJob, gue_source_port, tunnel_flow_hash};
+use lb_common::{
+    GUE_OVERHEAD, PROG_TUNNEL, TunnelJob, TunnelSource, gue_source_port, tunnel_flow_hash,
+};
 
 use crate::fib::{self, Miss};
 use crate::headers::{EthHdr, IPPROTO_UDP, UdpGue};
@@ -77,12 +80,28 @@ pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     if source.set == 0 || (pkt.ip as usize) != ctx.data() + ETH_LEN {
         return failed();
     }
-    let gue = job.gue != 0;
+    // One specialised path per kind of tunnel: the verifier and the CPU each walk only
+    // the one the VIP uses.
+    if job.gue != 0 {
+        wrap::<H, true>(ctx, pkt, &job, &source)
+    } else {
+        wrap::<H, false>(ctx, pkt, &job, &source)
+    }
+}
+
+/// [`encapsulate`] for IP in IP (`GUE` false) or GUE.
+#[inline(always)]
+fn wrap<H: IpHeader, const GUE: bool>(
+    ctx: &XdpContext,
+    pkt: &Packet<H>,
+    job: &TunnelJob,
+    source: &TunnelSource,
+) -> u32 {
     let dst = *job.addr.words();
     let hash = flow_hash(pkt);
     let src = source.outer_source(H::WORDS, hash);
     let inner_len = unsafe { H::tot_len(pkt.ip) };
-    let extra = if gue { GUE_OVERHEAD } else { 0 };
+    let extra = if GUE { GUE_OVERHEAD } else { 0 };
     let overhead = H::TUNNEL_OVERHEAD + extra;
     let outer_len = inner_len.saturating_add(overhead);
     let hop = fib::towards_backend_as(ctx, pkt, (&src, outer_len), &dst, job.hop, job.generation);
@@ -104,7 +123,7 @@ pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
         return failed();
     };
     let addrs = (&src, &dst);
-    if gue {
+    if GUE {
         let at = ETH_LEN + H::TUNNEL_OVERHEAD as usize;
         let Some(udp) = ptr_at::<UdpGue>(start, end, at) else {
             return failed();
