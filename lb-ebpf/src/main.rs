@@ -8,6 +8,7 @@
 #![no_main]
 
 mod csum;
+mod events;
 mod fib;
 mod filter;
 mod flood;

@@ -23,6 +23,7 @@ use lb_common::{
     GUE_OVERHEAD, PROG_TUNNEL, TunnelJob, TunnelSource, gue_source_port, tunnel_flow_hash,
 };
 
+use crate::events;
 use crate::fib::{self, Miss};
 use crate::headers::{EthHdr, IPPROTO_UDP, UdpGue};
 use crate::icmp;
@@ -58,8 +59,7 @@ pub fn hand_over(
         // Returns only when the program is not there.
         unsafe { PROGS.tail_call(ctx, PROG_TUNNEL) };
     }
-    stats::global(GLOBAL_TUNNEL_FAILED);
-    xdp_action::XDP_DROP
+    failed(ctx, "the tunnel program is not loaded")
 }
 
 /// The tunnel program's work on a packet of family `H` handed over by [`hand_over`]:
@@ -70,15 +70,16 @@ pub fn hand_over(
 #[inline(always)]
 pub fn encapsulate<H: IpHeader>(ctx: &XdpContext, pkt: &Packet<H>) -> u32 {
     let Some(job) = TUNNEL_JOB.get(0).copied() else {
-        return failed();
+        return failed(ctx, "no backend handed over");
     };
-    let Some(source) = TUNNEL_SOURCES.get(H::TUNNEL_SOURCE).copied() else {
-        return failed();
+    let source = match TUNNEL_SOURCES.get(H::TUNNEL_SOURCE) {
+        Some(s) if s.set != 0 => *s,
+        _ => return failed(ctx, "no tunnel source of this family configured"),
     };
     // A VLAN tag belongs to the interface the packet came in on, not to the one the
     // backend is behind: such a frame is not rebuilt here.
-    if source.set == 0 || (pkt.ip as usize) != ctx.data() + ETH_LEN {
-        return failed();
+    if (pkt.ip as usize) != ctx.data() + ETH_LEN {
+        return failed(ctx, "a VLAN-tagged frame");
     }
     // One specialised path per kind of tunnel: the verifier and the CPU each walk only
     // the one the VIP uses.
@@ -108,25 +109,27 @@ fn wrap<H: IpHeader, const GUE: bool>(
     if let Err(Miss::TooBig(mtu)) = hop {
         stats::global(GLOBAL_TOO_BIG);
         let usable = mtu.saturating_sub(overhead);
-        return icmp::too_big_for_tunnel(ctx, pkt, usable).unwrap_or_else(failed);
+        events::too_big(ctx, H::WORDS == 1, &job.addr, inner_len, usable);
+        return icmp::too_big_for_tunnel(ctx, pkt, usable)
+            .unwrap_or_else(|| failed(ctx, "no room for the ICMP too big"));
     }
     let (arrived_dst, arrived_src) = unsafe { ((*pkt.eth).dst, (*pkt.eth).src) };
     let traffic_class = unsafe { H::traffic_class(pkt.ip) };
     if unsafe { bpf_xdp_adjust_head(ctx.as_ptr() as *mut _, -(overhead as i32)) } != 0 {
-        return failed();
+        return failed(ctx, "no headroom for the outer header");
     }
     let (start, end) = (ctx.data(), ctx.data_end());
     let (Some(eth), Some(outer)) = (
         ptr_at::<EthHdr>(start, end, 0),
         ptr_at::<H>(start, end, ETH_LEN),
     ) else {
-        return failed();
+        return failed(ctx, "the frame is shorter than its outer header");
     };
     let addrs = (&src, &dst);
     if GUE {
         let at = ETH_LEN + H::TUNNEL_OVERHEAD as usize;
         let Some(udp) = ptr_at::<UdpGue>(start, end, at) else {
-            return failed();
+            return failed(ctx, "the frame is shorter than its GUE header");
         };
         let payload = inner_len.wrapping_add(GUE_OVERHEAD);
         unsafe {
@@ -174,11 +177,12 @@ fn wrap<H: IpHeader, const GUE: bool>(
     }
 }
 
-/// A packet that could not be encapsulated: counted and dropped (no kernel path would
-/// tunnel it).
+/// A packet that could not be encapsulated, for the reason `why`: counted, logged and
+/// dropped (no kernel path would tunnel it).
 #[inline(always)]
-fn failed() -> u32 {
+fn failed(ctx: &XdpContext, why: &'static str) -> u32 {
     stats::global(GLOBAL_TUNNEL_FAILED);
+    events::tunnel_failed(ctx, why);
     xdp_action::XDP_DROP
 }
 

@@ -129,6 +129,12 @@ pub struct DecapArgs {
     /// Detach from --iface and remove its pins.
     #[arg(long, conflicts_with_all = ["sources", "vips", "gue_port"])]
     pub detach: bool,
+    /// After attaching (or updating), stay in the foreground and log each tunnel packet
+    /// the agent drops, with its source and why, until SIGINT or SIGTERM; the agent stays
+    /// attached. The program writes these records only when it was loaded with them on:
+    /// by `--follow` itself, or under RUST_LOG=debug.
+    #[arg(long, conflicts_with_all = ["status", "detach"])]
+    pub follow: bool,
 }
 
 #[derive(Subcommand)]

@@ -4,9 +4,9 @@
 //! Imports run one way: `config` -> `health` -> `selection` -> {`network`, `proxy`, `gslb`}
 //! -> `daemon` (the running parts behind one handle) -> `cluster` (the shared configuration)
 //! -> `api`; `run` wires the daemon, the cluster and the API together for `lb run`. `stats`
-//! (latency histograms) stands beside `config` at the bottom: it imports nothing and any
-//! layer records into it. `command_line` (the clap definitions of `lb`) stands beside `run`
-//! at the top.
+//! (latency histograms) and `ebpf_log` (the programs' log records as log lines) stand
+//! beside `config` at the bottom: they import nothing of the library. `command_line` (the
+//! clap definitions of `lb`) stands beside `run` at the top.
 
 pub mod agent;
 pub mod api;
@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod command_line;
 pub mod config;
 pub mod daemon;
+pub mod ebpf_log;
 pub mod gslb;
 pub mod health;
 pub mod network;

@@ -16,7 +16,9 @@ use tracing::{info, warn};
 
 fn main() {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // Following the agent means wanting its DEBUG records (unless RUST_LOG says otherwise).
+    let follow = matches!(&cli.command, Command::Decap(d) if d.follow);
+    init_logs(cli.log_format, follow);
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
@@ -24,12 +26,16 @@ fn main() {
 }
 
 /// `RUST_LOG` when set, else INFO, with the DNS library's per-query lines kept at WARN
-/// (two INFO lines a query drowned everything else). Colour only when stderr is a terminal,
-/// so files and pipes get plain text.
-fn init_logs(format: LogFormat) {
+/// (two INFO lines a query drowned everything else) and, for `lb decap --follow`, the
+/// agent's records at DEBUG. Colour only when stderr is a terminal, so files and pipes get
+/// plain text.
+fn init_logs(format: LogFormat, agent_events: bool) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,hickory_server=warn,hickory_proto=warn")
+        let agent = if agent_events { ",lb_decap=debug" } else { "" };
+        tracing_subscriber::EnvFilter::new(format!(
+            "info,hickory_server=warn,hickory_proto=warn{agent}"
+        ))
     });
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -147,7 +153,36 @@ fn decap(args: &DecapArgs) -> Result<()> {
         pin_base: base.clone(),
     })?;
     print!("{report}");
+    if args.follow {
+        follow_agent(&report)?;
+    }
     Ok(())
+}
+
+/// `lb decap --follow`: the agent's records as log lines until SIGINT or SIGTERM.
+fn follow_agent(report: &lb::agent::AttachReport) -> Result<()> {
+    use std::io::Write;
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let task = lb::ebpf_log::follow(report.program_id)?;
+        println!(
+            "following the agent on {} (SIGINT or SIGTERM stops; the agent stays attached)",
+            report.iface
+        );
+        std::io::stdout().flush()?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        task.abort();
+        Ok(())
+    })
 }
 
 /// After the last detach: withdraws the VIP routes of `config`'s `[bgp]` table, since no

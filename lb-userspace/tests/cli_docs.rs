@@ -645,3 +645,15 @@ fn the_reader_finds_commands_in_spans_blocks_and_tables() {
         .collect();
     assert_eq!(named, expected);
 }
+
+/// The README stays a front page (at most 10 KB) and the benchmarks page a page of today's
+/// figures (at most 20 KB): details go to docs/, history stays in git.
+#[test]
+fn readme_and_benchmarks_page_stay_within_their_size() {
+    for (file, limit) in [("README.md", 10 * 1024), ("docs/benchmarks.md", 20 * 1024)] {
+        let len = std::fs::metadata(root().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .len();
+        assert!(len <= limit, "{file} is {len} bytes, over {limit}");
+    }
+}

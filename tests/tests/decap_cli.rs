@@ -2,7 +2,8 @@
 //! network namespace this test creates and deletes, real IPIP packets sent from the peer's
 //! namespace reaching a UDP socket bound to the VIP on the backend's `lo`, `--status` (text
 //! and JSON), the pins `bpftool` sees, a second run that updates the maps in place (same
-//! link), the errors an operator meets, and `--detach` (pins gone, no XDP on the link).
+//! link), the errors an operator meets, `--detach` (pins gone, no XDP on the link), and
+//! `--follow` logging each packet the agent drops.
 //!
 //! Needs root, `bpftool`, the `lb` binary (`LB_BIN`, else target/debug/lb) and the agent's
 //! object (`LB_DECAP_OBJECT`, else the `cargo xtask build` output). Run:
@@ -46,7 +47,10 @@ impl Drop for Lab {
 impl Lab {
     fn new() -> Lab {
         ensure_bpffs().expect("a bpf filesystem");
-        let id = std::process::id();
+        // Tests run in parallel: each lab gets names of its own.
+        static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("{}-{n}", std::process::id());
         let backend = Netns::create(&format!("lbdc-be-{id}")).expect("backend namespace");
         let router = Netns::create(&format!("lbdc-rt-{id}")).expect("router namespace");
         let lab = Lab {
@@ -305,4 +309,79 @@ fn s_tn3_lb_decap_attach_status_update_detach() {
         &["decap", "--detach", "--iface", BACKEND_IF],
         "not attached to dcb0",
     );
+}
+
+/// S-TN3: `lb decap --follow` stays in the foreground and logs each tunnel packet the agent
+/// drops, with its outer source and why; SIGTERM ends it and leaves the agent attached.
+#[test]
+fn s_tn3_lb_decap_follow_logs_each_dropped_packet() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    let lab = Lab::new();
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net={}", lab.backend.path().display()))
+        .arg(lb_binary())
+        .args(["decap", "--iface", BACKEND_IF, "--source", "192.0.2.0/24"])
+        .arg("--follow")
+        .arg("--pin-dir")
+        .arg(&lab.pins)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut follower = c.spawn().expect("starting lb decap --follow");
+    let (lines, rx) = mpsc::channel::<String>();
+    let stdout = follower.stdout.take().expect("stdout");
+    let stderr = follower.stderr.take().expect("stderr");
+    for stream in [
+        Box::new(stdout) as Box<dyn std::io::Read + Send>,
+        Box::new(stderr),
+    ] {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+    }
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                let found = line.contains(what);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+        }
+        let _ = follower.kill();
+        panic!("no line saying {what:?} in 10 s; seen: {seen:#?}");
+    };
+    wait_for("following the agent on dcb0");
+
+    // The router is no balancer: its IPIP packet is dropped, and the drop is logged.
+    assert!(
+        lab.tunnel_datagram(b"dropped").is_none(),
+        "a foreign source got through"
+    );
+    wait_for("tunnel packet from 10.77.0.1 dropped: source outside --source");
+
+    // SIGTERM ends the follower, not the agent.
+    let pid = follower.id().to_string();
+    cmd::run("kill", &["-TERM", &pid]).expect("kill -TERM");
+    let deadline = Instant::now() + LB_TIMEOUT;
+    let status = loop {
+        if let Some(status) = follower.try_wait().expect("waiting for lb") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "lb decap --follow did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "lb decap --follow exited with {status}");
+    assert!(lab.xdp_on_link(), "the agent left {BACKEND_IF}");
+    assert_eq!(lab.status()["counters"]["foreign_source"], 1);
 }

@@ -254,7 +254,8 @@ fn learnt_mtu(lab: &TunnelLab, dst: IpAddr) -> Option<u32> {
 
 /// S-TN2: packets that do not fit once encapsulated are answered from the VIP with the
 /// usable MTU (the link's 1,500 minus 20 or 40), which a real client's kernel takes: `ping`
-/// reports it, `ip route get` shows it, and a bulk TCP exchange completes.
+/// reports it, `ip route get` shows it, `lb run` logs it at DEBUG, and a bulk TCP exchange
+/// completes.
 #[test]
 fn s_tn2_client_learns_the_tunnel_mtu_and_tcp_completes() {
     let _guard = serial();
@@ -292,6 +293,14 @@ fn s_tn2_client_learns_the_tunnel_mtu_and_tcp_completes() {
         assert!(
             answered,
             "{name}: a ping of the usable MTU is answered: {text}"
+        );
+        // The daemon shows the data path's record of it at DEBUG.
+        let said = format!("ICMP too big sent, MTU {usable}");
+        let log = lab.daemon_log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("lb_xdp::events") && l.contains(&said)),
+            "{name}: lb run did not log {said:?}; log:\n{log}"
         );
     }
 

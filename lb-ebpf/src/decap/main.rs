@@ -19,6 +19,7 @@ mod counters;
 #[allow(dead_code)]
 #[path = "../csum.rs"]
 mod csum;
+mod events;
 #[allow(dead_code)]
 #[path = "../headers.rs"]
 mod headers;
@@ -50,6 +51,8 @@ pub fn lb_decap(ctx: XdpContext) -> u32 {
             if reason == DECAP_NOT_TUNNEL || reason == DECAP_NOT_LOCAL {
                 xdp_action::XDP_PASS
             } else {
+                let gue_port = DECAP_CONFIG.get(0).map_or(0, |c| c.gue_port);
+                events::dropped(&ctx, gue_port, reason);
                 xdp_action::XDP_DROP
             }
         }

@@ -52,7 +52,9 @@ impl Agent {
     /// Loads `object` into the kernel; with `dir`, pins the program and maps there (`None`
     /// keeps a private copy, for tests).
     pub fn load(object: &[u8], dir: Option<&Path>) -> Result<Agent> {
+        let level = crate::ebpf_log::load_level();
         let mut ebpf = EbpfLoader::new()
+            .override_global(crate::ebpf_log::LEVEL_GLOBAL, &level, false)
             .load(object)
             .context("loading the agent's XDP object into the kernel")?;
         if let Some(dir) = dir {
@@ -111,6 +113,15 @@ impl Agent {
             dir: Some(dir.to_path_buf()),
             verified: None,
         })
+    }
+
+    /// The kernel's id of the program, by which `lb decap --follow` finds its log ring.
+    pub fn program_id(&self) -> Result<u32> {
+        Ok(self
+            .program()?
+            .info()
+            .context("reading the agent's program info")?
+            .id())
     }
 
     /// Whether `dir` holds a pinned program to open.

@@ -5,7 +5,7 @@
 //! pins it per interface, reads its counters, and detaches it.
 //!
 //! It stands beside `network` (the balancer's data path) and imports nothing of the
-//! library: the two programs share no map.
+//! library but `ebpf_log` (the program's log records): the two programs share no map.
 
 mod addrs;
 mod loader;

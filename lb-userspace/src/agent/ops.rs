@@ -44,6 +44,8 @@ pub struct AttachReport {
     pub verified: Option<u32>,
     /// What the maps hold now.
     pub settings: Settings,
+    /// The kernel's id of the program (to follow its events).
+    pub program_id: u32,
 }
 
 /// The root check comes first, so that a user without it is told that rather than a
@@ -106,6 +108,7 @@ pub fn attach(req: &AttachRequest) -> Result<AttachReport> {
         mode: attached.then_some(req.mode),
         verified: agent.verified_instructions(),
         settings: now.settings,
+        program_id: agent.program_id()?,
     })
 }
 

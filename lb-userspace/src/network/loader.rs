@@ -186,7 +186,9 @@ impl DataPath {
             // A fresh program starts from empty maps: forget any earlier bookkeeping.
             State::remove(dir);
         }
+        let level = crate::ebpf_log::load_level();
         let mut ebpf = EbpfLoader::new()
+            .override_global(crate::ebpf_log::LEVEL_GLOBAL, &level, false)
             .map_max_entries(names::CONNS, opts.conn_table_size)
             .map_max_entries(names::CONNS_CLASH, clash_table_size(opts.conn_table_size))
             .map_max_entries(names::BACKEND_STATS, backend_stats_entries()?)
@@ -315,6 +317,16 @@ impl DataPath {
     /// The pin directory, if the data path is pinned.
     pub fn pin_dir(&self) -> Option<&Path> {
         self.pin_dir.as_deref()
+    }
+
+    /// The kernel's id of the XDP program, by which the daemon finds its log ring
+    /// (`ebpf_log`), whether this process loaded it or adopted its pin.
+    pub fn program_id(&self) -> Result<u32> {
+        Ok(self
+            .xdp_ref()?
+            .info()
+            .context("reading the XDP program's info")?
+            .id())
     }
 
     fn xdp(&mut self) -> Result<&mut Xdp> {

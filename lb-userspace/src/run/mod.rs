@@ -161,6 +161,7 @@ async fn serve(
         dns,
         restore_within: options.restore_within,
     };
+    let events = dp.as_ref().and_then(follow_events);
     let running = crate::daemon::start_with(dp, cfg, config_path.clone(), start).await?;
     let daemon = running.daemon.clone();
     let (api_stop, api_stop_rx) = watch::channel(false);
@@ -224,6 +225,10 @@ async fn serve(
         notify::stopping();
     }
     trimmer.abort();
+    // A successor reads the data path's events from now on.
+    if let Some(task) = events {
+        task.abort();
+    }
     // A successor follows etcd from now on (and writes the file); this process stops at once.
     cluster.stop().await;
     if let Some(task) = waiting {
@@ -241,6 +246,23 @@ async fn serve(
         info!("exiting; the data path stays attached");
     }
     Ok(())
+}
+
+/// The data path's rare events (a packet a tunnelled VIP could not encapsulate, one too
+/// big for its tunnel) as DEBUG lines of this daemon, read from the program's log ring. A
+/// data path pinned by an `lb` whose program writes no such records is served all the
+/// same, with a warning.
+fn follow_events(dp: &DataPath) -> Option<tokio::task::JoinHandle<()>> {
+    let followed = dp
+        .program_id()
+        .and_then(|id| crate::ebpf_log::follow(id).map_err(Into::into));
+    match followed {
+        Ok(task) => Some(task),
+        Err(e) => {
+            warn!("{e:#}: the data path's events are not shown (its counters are)");
+            None
+        }
+    }
 }
 
 /// A SIGHUP's reload between RELOADING=1 and READY=1 (with the refusal in STATUS=).

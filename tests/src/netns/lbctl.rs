@@ -89,9 +89,22 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `lb args...` in the namespace with stdout and stderr appended to `log`.
     pub fn start(netns_path: &Path, args: &[&str], log: &Path) -> Result<Daemon> {
+        Self::start_filtered(netns_path, args, log, None)
+    }
+
+    /// [`Daemon::start`] with `RUST_LOG` set to `filter` (`None`: the test's own).
+    pub fn start_filtered(
+        netns_path: &Path,
+        args: &[&str],
+        log: &Path,
+        filter: Option<&str>,
+    ) -> Result<Daemon> {
         let out = File::options().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         let mut cmd = lb_command(netns_path, args);
+        if let Some(filter) = filter {
+            cmd.env("RUST_LOG", filter);
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));

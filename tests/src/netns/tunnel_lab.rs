@@ -499,7 +499,10 @@ impl TunnelLab {
             &pins,
         ];
         let log = self.work_dir.join("lb.log");
-        let mut daemon = Daemon::start(&self.balancer.path(), &args, &log)?;
+        // The data path's tunnel events at DEBUG (S-TN2's "too big" among them), which the
+        // tests read in the log.
+        let filter = Some("info,hickory_server=warn,hickory_proto=warn,lb_xdp=debug");
+        let mut daemon = Daemon::start_filtered(&self.balancer.path(), &args, &log, filter)?;
         let client = &self.client;
         let ready = wait_until(Duration::from_secs(20), || {
             daemon.is_running()
@@ -514,6 +517,11 @@ impl TunnelLab {
             bail!("lb run never balanced the tunnelled TCP VIP; log:\n{tail}");
         }
         Ok(())
+    }
+
+    /// What the balancer's `lb run` has logged so far.
+    pub fn daemon_log(&self) -> String {
+        self.daemon.as_ref().map(Daemon::log).unwrap_or_default()
     }
 
     /// `lb status --json` of the balancer.
