@@ -642,6 +642,16 @@ pub enum Algorithm {
     First,
     /// Random, in proportion to weights.
     WeightedRandom,
+    /// Power of two choices over in-flight requests (Envoy's LEAST_REQUEST): of two distinct
+    /// members drawn at random by weight, the one with fewer in-flight requests per unit of
+    /// weight. Near least-connections' spread at the cost of two reads, with no shared turn
+    /// state between proxy threads.
+    LeastRequest,
+    /// Latency-aware power of two choices (tower's `PeakEwma`, linkerd's default): of two
+    /// members drawn at random by weight, the one with the lower peak-sensitive moving
+    /// average of time to answer times (in-flight + 1), per unit of weight. A server that
+    /// slows down loses traffic at its first slow answer, not after a round of timeouts.
+    PeakEwma,
 }
 
 /// Persistence (session affinity) of an L7 vService.

@@ -15,6 +15,8 @@ pub(in crate::config) enum RawAlgorithm {
     SourceIpHash,
     First,
     WeightedRandom,
+    LeastRequest,
+    PeakEwma,
 }
 
 /// `[vservice.persistence]`.

@@ -353,6 +353,8 @@ fn loopback_api_without_token_and_every_algorithm() {
         ("source-ip-hash", Algorithm::SourceIpHash),
         ("first", Algorithm::First),
         ("weighted-random", Algorithm::WeightedRandom),
+        ("least-request", Algorithm::LeastRequest),
+        ("peak-ewma", Algorithm::PeakEwma),
     ];
     for (name, algorithm) in names {
         let text = format!(

@@ -11,6 +11,8 @@ use std::net::IpAddr;
 use rand::Rng;
 
 use super::hash::StableHash;
+use super::latency::Latency;
+use super::p2c;
 use crate::config::Algorithm;
 
 /// Distinct eligible sets remembered before the state is reset (bounds memory when health
@@ -28,6 +30,8 @@ pub(crate) struct Candidate<'a> {
     pub load: u64,
     /// Whether it is below its connection limit (always true without a limit).
     pub has_room: bool,
+    /// Its time-to-answer estimate (`peak-ewma`); None counts as instant.
+    pub latency: Option<&'a Latency>,
 }
 
 /// Turn state of one eligible set.
@@ -59,14 +63,11 @@ impl Algorithms {
         cands: &[Candidate<'_>],
         client: IpAddr,
     ) -> Option<usize> {
-        if cands.len() <= 1 {
-            return (!cands.is_empty()).then_some(0);
+        if let Some(at) = choose_stateless(algorithm, cands, client) {
+            return Some(at);
         }
-        match algorithm {
-            Algorithm::SourceIpHash => return Some(source_hash(cands, client)),
-            Algorithm::First => return Some(cands.iter().position(|c| c.has_room).unwrap_or(0)),
-            Algorithm::WeightedRandom => return Some(weighted_random(cands)),
-            _ => {}
+        if cands.is_empty() {
+            return None;
         }
         let state = self.state_for(cands);
         let all = 0..cands.len();
@@ -139,6 +140,30 @@ impl ListState {
         let chosen = best.unwrap_or(0);
         self.current[chosen] -= total;
         chosen
+    }
+}
+
+/// The choice of the algorithms that keep no turn state (hashing, `first`, random and the
+/// power-of-two-choices ones), so the pool can run them without taking its lock; None for
+/// the turn-based ones (unless there is one candidate), and when `cands` is empty.
+pub(crate) fn choose_stateless(
+    algorithm: Algorithm,
+    cands: &[Candidate<'_>],
+    client: IpAddr,
+) -> Option<usize> {
+    if cands.len() <= 1 {
+        return (!cands.is_empty()).then_some(0);
+    }
+    match algorithm {
+        Algorithm::SourceIpHash => Some(source_hash(cands, client)),
+        Algorithm::First => Some(cands.iter().position(|c| c.has_room).unwrap_or(0)),
+        Algorithm::WeightedRandom => Some(weighted_random(cands)),
+        Algorithm::LeastRequest => Some(p2c::least_request(cands)),
+        Algorithm::PeakEwma => Some(p2c::peak_ewma(cands, std::time::Instant::now())),
+        Algorithm::RoundRobin
+        | Algorithm::WeightedRoundRobin
+        | Algorithm::LeastConnections
+        | Algorithm::WeightedLeastConnections => None,
     }
 }
 

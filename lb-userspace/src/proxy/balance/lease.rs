@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
+use super::latency::Latency;
 use super::limit::Gate;
 use super::passive::{LiveError, Watch};
 use super::stats::Counters;
@@ -16,6 +18,8 @@ pub(crate) struct Backend {
     pub counters: Counters,
     /// Its run of live failures (passive health).
     pub watch: Watch,
+    /// Its time-to-answer estimate (`peak-ewma`), fed by every answer.
+    pub latency: Latency,
 }
 
 /// A granted slot on a backend: counts as one current session until dropped, when the slot
@@ -28,6 +32,8 @@ pub struct Lease {
     /// Its profile's `passive_failures` (None: passive health off).
     passive_failures: Option<u32>,
     backend: Arc<Backend>,
+    /// When the slot was granted: an answer's latency sample is measured from here.
+    granted: Instant,
 }
 
 impl Lease {
@@ -44,6 +50,7 @@ impl Lease {
             set_cookie,
             passive_failures: info.passive_failures,
             backend,
+            granted: Instant::now(),
         }
     }
 
@@ -79,8 +86,13 @@ impl Lease {
     }
 
     /// The backend answered with `status` (HTTP) or took the connection (L7 TCP, 0): a 5xx
-    /// counts towards passive health, anything else ends a run of failures.
+    /// counts towards passive health, anything else ends a run of failures. The time since
+    /// the slot was granted (connect and time to the answer's head) feeds the backend's
+    /// latency estimate.
     pub fn answered(&self, status: u16) {
+        let now = Instant::now();
+        let took = now.saturating_duration_since(self.granted);
+        self.backend.latency.record(took, now);
         if let Some(class) = (100..600)
             .contains(&status)
             .then(|| usize::from(status / 100 - 1))

@@ -9,8 +9,10 @@
 
 mod algorithm;
 mod hash;
+mod latency;
 mod lease;
 mod limit;
+mod p2c;
 mod passive;
 mod persist;
 mod pool;

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
-use super::algorithm::{Algorithms, Candidate};
+use super::algorithm::{Algorithms, Candidate, choose_stateless};
 use super::lease::{Backend, Lease};
 use super::limit::WaitError;
 use super::passive::{LiveFailure, Watch};
@@ -262,6 +262,7 @@ impl Pool {
                 weight: e.weight,
                 load: 0,
                 has_room: true,
+                latency: None,
             })
             .collect();
         let mut spread = Algorithms::default();
@@ -388,13 +389,17 @@ impl Pool {
                     weight: *weight,
                     load: usage.open + usage.queued,
                     has_room: usage.has_room,
+                    latency: Some(&backend.latency),
                 }
             })
             .collect();
         let at = match cands.len() {
             0 => return None,
             1 => 0,
-            _ => lock(&self.algorithms).choose(algorithm, &cands, client)?,
+            _ => match choose_stateless(algorithm, &cands, client) {
+                Some(at) => at,
+                None => lock(&self.algorithms).choose(algorithm, &cands, client)?,
+            },
         };
         let (info, _, backend) = found.swap_remove(at);
         Some(Choice {

@@ -125,6 +125,8 @@ fn algorithm(raw: Option<RawAlgorithm>) -> Algorithm {
         Some(RawAlgorithm::SourceIpHash) => Algorithm::SourceIpHash,
         Some(RawAlgorithm::First) => Algorithm::First,
         Some(RawAlgorithm::WeightedRandom) => Algorithm::WeightedRandom,
+        Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
+        Some(RawAlgorithm::PeakEwma) => Algorithm::PeakEwma,
     }
 }
 
