@@ -439,6 +439,26 @@ fn s_rt3_passive_profiles_and_their_fields_name_what_is_wrong() {
     assert_eq!(config.health_checks[0].passive_failures, Some(5));
 }
 
+/// Passive health's ejection cap: `max_ejection_percent` is 50 unless written, and an integer
+/// from 0 to 100; out of range, the message names the key and the range.
+#[test]
+fn max_ejection_percent_defaults_to_50_and_must_be_0_to_100() {
+    let config = parse(&check("tcp", &["passive_failures = 3"]), "lb.toml").expect("valid");
+    assert_eq!(config.max_ejection_percent("h"), 50);
+    let text = check("tcp", &["max_ejection_percent = 0"]);
+    let config = parse(&text, "lb.toml").expect("0 is valid");
+    assert_eq!(config.max_ejection_percent("h"), 0);
+    let text = check("passive", &["max_ejection_percent = 100"]);
+    let config = parse(&text, "lb.toml").expect("100 is valid");
+    assert_eq!(config.max_ejection_percent("h"), 100);
+    for bad in ["101", "-1"] {
+        let line = format!("max_ejection_percent = {bad}");
+        let text = check("tcp", &[line.as_str()]);
+        let words = format!("max_ejection_percent {bad} is out of range: an integer from 0 to 100");
+        assert_issue(&text, "health_check[0].max_ejection_percent", 4, &words);
+    }
+}
+
 #[test]
 fn s_hc2_dns_needs_query_name() {
     let text = check("dns", &["query_type = \"AAAA\""]);

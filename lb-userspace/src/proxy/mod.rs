@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
 pub use http::MAX_RESPONSE_HEAD_BYTES;
@@ -51,8 +51,9 @@ pub struct Proxy {
     state: Mutex<State>,
     /// Threads that serve the client connections (see `workers`).
     workers: Arc<workers::Workers>,
-    /// Where every pool reports runs of live failures (passive health, S-RT3).
-    live: UnboundedSender<balance::LiveFailure>,
+    /// Where every pool reports runs of live failures (passive health, S-RT3), under the
+    /// ejection cap.
+    live: Arc<balance::Ejections>,
     /// Its other end, until the daemon takes it.
     live_rx: Mutex<Option<UnboundedReceiver<balance::LiveFailure>>>,
     /// Listening sockets handed over by the `lb run` this one replaces, by address: used
@@ -112,7 +113,7 @@ impl Proxy {
     ) -> anyhow::Result<Proxy> {
         let (live, live_rx) = tokio::sync::mpsc::unbounded_channel();
         let proxy = Proxy {
-            live,
+            live: Arc::new(balance::Ejections::new(live, selections.clone())),
             live_rx: Mutex::new(Some(live_rx)),
             inherited: Mutex::new(inherited),
             selections,
@@ -211,6 +212,7 @@ impl Proxy {
         }
         state.retired.retain(|t| !t.is_finished());
         state.retired.extend(retired);
+        self.live.configure(&cfg);
         Ok(())
     }
 

@@ -152,6 +152,17 @@ impl Model {
         out
     }
 
+    /// The mains of `list` under `policy` (every member when admin state does not apply), in
+    /// list order and whatever their health: what passive health's ejection cap is a share
+    /// of.
+    pub fn mains(&self, list: &[String], policy: Policy) -> Vec<String> {
+        self.expand(list, policy.admin)
+            .into_iter()
+            .filter(|m| !m.backup)
+            .map(|m| m.service.name.clone())
+            .collect()
+    }
+
     /// Expands groups into their members in row order, resolving each member's role.
     /// Without admin state every member is a main and nobody is in maintenance.
     fn expand(&self, list: &[String], admin: ApplyAdmin) -> Vec<Member<'_>> {

@@ -11,6 +11,7 @@ mod tls;
 pub use bgp::{BgpSettings, MAIN_TABLE};
 pub use index::{ByName, FastMap, FastSet};
 pub use restart::restart_only_changes;
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,6 +44,25 @@ pub struct Config {
     pub dns_vservices: Vec<DnsVService>,
     /// VIP route announcement through BIRD (S-AN); off by default.
     pub bgp: BgpSettings,
+    /// `max_ejection_percent` of the health check profiles that write it, by profile name;
+    /// read through [`Config::max_ejection_percent`]. Kept beside the profiles rather than
+    /// in [`HealthCheck`], so a profile built in code has the default.
+    pub ejection_caps: HashMap<String, u8>,
+}
+
+/// Passive health's default cap: at most half of a list's mains in Error by passive
+/// failures at once (Envoy's outlier detection caps ejections the same way).
+pub const DEFAULT_MAX_EJECTION_PERCENT: u8 = 50;
+
+impl Config {
+    /// Passive health's `max_ejection_percent` of the profile `profile` (the default for a
+    /// profile that does not write it).
+    pub fn max_ejection_percent(&self, profile: &str) -> u8 {
+        self.ejection_caps
+            .get(profile)
+            .copied()
+            .unwrap_or(DEFAULT_MAX_EJECTION_PERCENT)
+    }
 }
 
 /// Process-wide settings of the L7 proxy (`[proxy]`).

@@ -76,6 +76,7 @@ pub(in crate::config) struct RawHealthCheck {
     pub required_failures: Option<Spanned<i64>>,
     pub passive_failures: Option<Spanned<i64>>,
     pub passive_return: Option<Spanned<f64>>,
+    pub max_ejection_percent: Option<Spanned<i64>>,
     pub method: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,

@@ -35,6 +35,7 @@ sched_slice_us = 250
 [[health_check]]
 name = "tcp"
 type = "tcp"
+max_ejection_percent = 25
 
 [[health_check]]
 name = "web"
@@ -254,6 +255,7 @@ fn full_config_round_trips_into_the_model() {
         cluster: None,
         dns_vservices: Vec::new(),
         bgp: Default::default(),
+        ejection_caps: [("tcp".to_owned(), 25)].into_iter().collect(),
     };
     assert_eq!(config, expected);
 }

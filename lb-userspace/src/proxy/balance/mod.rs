@@ -8,6 +8,7 @@
 //! bounded queue (S-BK8).
 
 mod algorithm;
+mod eject;
 mod hash;
 mod latency;
 mod lease;
@@ -21,6 +22,7 @@ mod stats;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub use eject::Ejections;
 pub use lease::Lease;
 pub use passive::{LiveError, LiveFailure};
 pub use persist::Pin;

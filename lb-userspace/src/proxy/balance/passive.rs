@@ -3,9 +3,10 @@
 //! relaxed load per successful exchange; only a failure writes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tokio::sync::mpsc::UnboundedSender;
+use super::eject::Ejections;
 
 /// Live traffic to a Backend Service failed `passive_failures` times in a row: the daemon
 /// hands this to the health engine, which puts the service in Error.
@@ -51,12 +52,13 @@ impl fmt::Display for LiveError {
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
     run: AtomicU32,
-    report: Option<UnboundedSender<LiveFailure>>,
+    report: Option<Arc<Ejections>>,
 }
 
 impl Watch {
-    /// A watch that reports to `report` (None: counts, reports nowhere).
-    pub(crate) fn new(report: Option<UnboundedSender<LiveFailure>>) -> Watch {
+    /// A watch that reports to `report`, under its ejection cap (None: counts, reports
+    /// nowhere).
+    pub(crate) fn new(report: Option<Arc<Ejections>>) -> Watch {
         Watch {
             run: AtomicU32::new(0),
             report,
@@ -83,7 +85,7 @@ impl Watch {
         self.run.store(0, Ordering::Relaxed);
         if let Some(report) = &self.report {
             let reason = format!("{run} consecutive failures, the last: {error}");
-            let _ = report.send(LiveFailure {
+            report.failed(LiveFailure {
                 backend: backend.to_owned(),
                 reason,
             });
@@ -98,7 +100,8 @@ mod tests {
     #[test]
     fn s_rt3_each_run_of_failures_is_reported_and_a_success_ends_it() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let watch = Watch::new(Some(tx));
+        let published = Arc::new(crate::selection::Published::default());
+        let watch = Watch::new(Some(Arc::new(Ejections::new(tx, published))));
         watch.failed("a", Some(3), LiveError::Connect);
         watch.failed("a", Some(3), LiveError::Connect);
         watch.ok();

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithms, Candidate, choose_stateless};
+use super::eject::Ejections;
 use super::lease::{Backend, Lease};
 use super::limit::WaitError;
-use super::passive::{LiveFailure, Watch};
+use super::passive::Watch;
 use super::persist::{CookiePin, Pin, Pins};
 use super::stats::{BackendStats, PoolStats, Refusals};
 use super::{BackendInfo, PickError, lock};
@@ -70,7 +70,7 @@ pub struct Pool {
     pins: Mutex<Pins>,
     refusals: Refusals,
     /// Where runs of live failures are reported (passive health), set once at start.
-    live: OnceLock<UnboundedSender<LiveFailure>>,
+    live: OnceLock<Arc<Ejections>>,
 }
 
 impl Pool {
@@ -90,9 +90,10 @@ impl Pool {
         })
     }
 
-    /// Sends runs of live failures (passive health, S-RT3) to `report`; set before traffic
-    /// (backends already created keep reporting nowhere). A second call changes nothing.
-    pub fn report_live_failures(&self, report: UnboundedSender<LiveFailure>) {
+    /// Sends runs of live failures (passive health, S-RT3) to `report`, which caps them;
+    /// set before traffic (backends already created keep reporting nowhere). A second call
+    /// changes nothing.
+    pub fn report_live_failures(&self, report: Arc<Ejections>) {
         let _ = self.live.set(report);
     }
 

@@ -1,6 +1,7 @@
 //! Tests of balancing: algorithms, limits and queues, persistence, counters.
 
 mod algorithm;
+mod eject;
 mod limit;
 mod persist;
 mod stats;
