@@ -456,6 +456,7 @@ async fn s_hc5_engine_tcp_checks_decide_and_stop_with_their_service() {
         required_successes: 2,
         required_failures: 2,
         passive_failures: None,
+        max_ejection_percent: 50,
     };
     let service = BackendService {
         name: "web".into(),

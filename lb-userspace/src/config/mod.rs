@@ -85,7 +85,6 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
     let cluster = control::cluster(doc.cluster.as_ref(), &api.settings, issues);
     let bgp = bgp::bgp(&doc.bgp, issues);
     let health_checks = health::health_checks(&doc.health_checks, issues);
-    let ejection_caps = health::ejection_caps(&doc.health_checks, issues);
     let mut backends = backends::backends(&doc, issues);
     let (vservices, listeners) = vservice::vservices(&doc.vservices, &backends, issues);
     vservice::network::tunnel_sources(&doc.vservices, &xdp, issues);
@@ -109,7 +108,6 @@ fn validate(text: &str, issues: &mut Issues) -> Config {
         cluster,
         dns_vservices,
         bgp,
-        ejection_caps,
     }
 }
 

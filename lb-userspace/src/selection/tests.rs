@@ -103,7 +103,6 @@ fn config(services: &[&str], groups: &[&str], vservices: Vec<VService>) -> Confi
         cluster: None,
         dns_vservices: Vec::new(),
         bgp: Default::default(),
-        ejection_caps: Default::default(),
     }
 }
 

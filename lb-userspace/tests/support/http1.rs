@@ -541,6 +541,7 @@ impl Env {
             required_successes: 3,
             required_failures: 2,
             passive_failures: None,
+            max_ejection_percent: 50,
         }];
         cfg.backend_services = vec![BackendService {
             name: "a".into(),

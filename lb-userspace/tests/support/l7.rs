@@ -312,6 +312,7 @@ pub fn config(
         required_successes: 3,
         required_failures: 2,
         passive_failures: None,
+        max_ejection_percent: 50,
     }];
     cfg.backend_services = services;
     cfg.backend_groups = groups;

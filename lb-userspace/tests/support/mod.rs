@@ -109,6 +109,7 @@ pub fn profile(p: f64, t: f64, rs: u32, rf: u32) -> HealthCheck {
         required_successes: rs,
         required_failures: rf,
         passive_failures: None,
+        max_ejection_percent: 50,
     }
 }
 

@@ -1,7 +1,6 @@
 //! `[[health_check]]` profiles (S-HC1..4): names, timing defaults, the S-HC4 adjustments
 //! of Period and Timeout, and the success/failure counts.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_spanned::Spanned;
@@ -10,7 +9,7 @@ use super::names::Namespace;
 use super::probe::{probe, reject_foreign_fields};
 use super::seconds::seconds;
 use crate::config::issues::Issues;
-use crate::config::model::HealthCheck;
+use crate::config::model::{DEFAULT_MAX_EJECTION_PERCENT, HealthCheck};
 use crate::config::raw::document::Entry;
 use crate::config::raw::{RawHealthCheck, RawHealthType};
 
@@ -40,33 +39,26 @@ pub(in crate::config) fn health_checks(
     checks
 }
 
-/// `max_ejection_percent` of every profile that writes it, by profile name: an integer
-/// from 0 to 100 (passive health's cap on a list's mains in Error, see
-/// [`crate::config::Config::max_ejection_percent`]).
-pub(in crate::config) fn ejection_caps(
-    entries: &[Entry<RawHealthCheck>],
-    issues: &mut Issues,
-) -> HashMap<String, u8> {
-    let mut caps = HashMap::new();
-    for entry in entries {
-        let Some(value) = &entry.raw.max_ejection_percent else {
-            continue;
-        };
-        match u8::try_from(*value.get_ref()) {
-            Ok(percent) if percent <= 100 => {
-                caps.insert(entry.raw.name.get_ref().clone(), percent);
-            }
-            _ => issues.error(
+/// `max_ejection_percent` of one profile: an integer from 0 to 100 (passive health's cap
+/// on a list's mains in Error), the default when not written.
+fn ejection_percent(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> u8 {
+    let Some(value) = &entry.raw.max_ejection_percent else {
+        return DEFAULT_MAX_EJECTION_PERCENT;
+    };
+    match u8::try_from(*value.get_ref()) {
+        Ok(percent) if percent <= 100 => percent,
+        _ => {
+            issues.error(
                 &value.span(),
                 &format!("{}.max_ejection_percent", entry.path),
                 format!(
                     "max_ejection_percent {} is out of range: an integer from 0 to 100",
                     value.get_ref()
                 ),
-            ),
+            );
+            DEFAULT_MAX_EJECTION_PERCENT
         }
     }
-    caps
 }
 
 /// Converts one profile, reporting every problem; the result is only used without errors.
@@ -104,6 +96,7 @@ fn convert(entry: &Entry<RawHealthCheck>, issues: &mut Issues) -> HealthCheck {
             (None, RawHealthType::Passive) => Some(DEFAULT_PASSIVE_FAILURES),
             (None, _) => None,
         },
+        max_ejection_percent: ejection_percent(entry, issues),
     }
 }
 

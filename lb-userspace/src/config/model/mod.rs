@@ -11,7 +11,6 @@ mod tls;
 pub use bgp::{BgpSettings, MAIN_TABLE};
 pub use index::{ByName, FastMap, FastSet};
 pub use restart::restart_only_changes;
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,10 +43,6 @@ pub struct Config {
     pub dns_vservices: Vec<DnsVService>,
     /// VIP route announcement through BIRD (S-AN); off by default.
     pub bgp: BgpSettings,
-    /// `max_ejection_percent` of the health check profiles that write it, by profile name;
-    /// read through [`Config::max_ejection_percent`]. Kept beside the profiles rather than
-    /// in [`HealthCheck`], so a profile built in code has the default.
-    pub ejection_caps: HashMap<String, u8>,
 }
 
 /// Passive health's default cap: at most half of a list's mains in Error by passive
@@ -58,10 +53,10 @@ impl Config {
     /// Passive health's `max_ejection_percent` of the profile `profile` (the default for a
     /// profile that does not write it).
     pub fn max_ejection_percent(&self, profile: &str) -> u8 {
-        self.ejection_caps
-            .get(profile)
-            .copied()
-            .unwrap_or(DEFAULT_MAX_EJECTION_PERCENT)
+        self.health_checks
+            .iter()
+            .find(|h| h.name == profile)
+            .map_or(DEFAULT_MAX_EJECTION_PERCENT, |h| h.max_ejection_percent)
     }
 }
 
@@ -346,6 +341,10 @@ pub struct HealthCheck {
     /// (connect failed, closed or silent before answering, a 5xx answer) put it in Error at
     /// once; the active check brings it back after RS successes. None (the default): off.
     pub passive_failures: Option<u32>,
+    /// Passive health's cap (Envoy's `max_ejection_percent`): passive failures never hold
+    /// more than this share of a list's mains in Error at once, so a burst of 5xx cannot
+    /// empty a list; the active check is not capped. 0-100.
+    pub max_ejection_percent: u8,
 }
 
 /// Probe type of a health check profile.

@@ -142,6 +142,7 @@ fn full_config_round_trips_into_the_model() {
                 required_successes: 3,
                 required_failures: 2,
                 passive_failures: None,
+                max_ejection_percent: 25,
             },
             HealthCheck {
                 name: "web".into(),
@@ -158,6 +159,7 @@ fn full_config_round_trips_into_the_model() {
                 required_successes: 1,
                 required_failures: 5,
                 passive_failures: None,
+                max_ejection_percent: 50,
             },
             HealthCheck {
                 name: "dns".into(),
@@ -170,6 +172,7 @@ fn full_config_round_trips_into_the_model() {
                 required_successes: 3,
                 required_failures: 2,
                 passive_failures: None,
+                max_ejection_percent: 50,
             },
             HealthCheck {
                 name: "icmp".into(),
@@ -179,6 +182,7 @@ fn full_config_round_trips_into_the_model() {
                 required_successes: 3,
                 required_failures: 2,
                 passive_failures: None,
+                max_ejection_percent: 50,
             },
         ],
         backend_services: vec![
@@ -255,7 +259,6 @@ fn full_config_round_trips_into_the_model() {
         cluster: None,
         dns_vservices: Vec::new(),
         bgp: Default::default(),
-        ejection_caps: [("tcp".to_owned(), 25)].into_iter().collect(),
     };
     assert_eq!(config, expected);
 }
