@@ -27,6 +27,8 @@ pub mod names {
     pub const STATS: &str = "DECAP_STATS";
     /// Name of the XDP program in the object.
     pub const PROGRAM: &str = "lb_decap";
+    /// Name of the tc ingress program in the object (where XDP cannot attach).
+    pub const TC_PROGRAM: &str = "lb_decap_tc";
 }
 
 /// Entries of `DECAP_LOCAL`: addresses of one host.

@@ -93,6 +93,9 @@ pub enum DecapMode {
     Native,
     /// Generic (skb) XDP, for NICs without native support.
     Skb,
+    /// A tc ingress program instead of XDP, for an interface where XDP cannot attach
+    /// (another XDP program holds it); the same checks and counters.
+    Tc,
 }
 
 /// `lb decap`: one subcommand with three actions, so that the attach, the status and the

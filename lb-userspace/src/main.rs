@@ -143,9 +143,10 @@ fn decap(args: &DecapArgs) -> Result<()> {
     }
     let report = lb::agent::attach(&lb::agent::AttachRequest {
         iface,
-        mode: match args.mode {
-            DecapMode::Native => XdpMode::Driver,
-            DecapMode::Skb => XdpMode::Skb,
+        hook: match args.mode {
+            DecapMode::Native => lb::agent::Hook::Xdp(XdpMode::Driver),
+            DecapMode::Skb => lb::agent::Hook::Xdp(XdpMode::Skb),
+            DecapMode::Tc => lb::agent::Hook::Tc,
         },
         sources: args.sources.clone(),
         vips: args.vips.clone(),

@@ -9,7 +9,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use lb::agent::{Agent, Prefix, Settings, Snapshot};
+use aya::programs::{TestRun, TestRunOptions};
+use lb::agent::{Agent, Hook, Prefix, Settings, Snapshot};
 use lb_tests::packet::checksum::internet_checksum;
 use lb_tests::packet::{
     ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, Frame, Icmp, Ipv4, Ipv6, L4, Mac, TCP_SYN, Udp, diff,
@@ -43,8 +44,13 @@ struct Fx {
 }
 
 impl Fx {
-    /// The program with this host's addresses and the given filters.
+    /// The XDP program with this host's addresses and the given filters.
     fn new(sources: &[&str], vips: &[IpAddr]) -> Fx {
+        Fx::with_hook(sources, vips, Hook::Xdp(Default::default()))
+    }
+
+    /// The program `hook` runs, with this host's addresses and the given filters.
+    fn with_hook(sources: &[&str], vips: &[IpAddr], hook: Hook) -> Fx {
         let path = lb::agent::object_path();
         let object = std::fs::read(&path).unwrap_or_else(|e| {
             panic!(
@@ -52,7 +58,7 @@ impl Fx {
                 path.display()
             )
         });
-        let mut agent = Agent::load(&object, None).expect("loading the agent's program");
+        let mut agent = Agent::load_for(&object, None, hook).expect("loading the agent's program");
         let settings = Settings {
             local: vec![HOST4.into(), HOST6.into()],
             sources: sources
@@ -83,9 +89,33 @@ impl Fx {
     }
 
     fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        if self.agent.is_tc() {
+            return self.run_tc(frame);
+        }
         let prog = self.agent.program().expect("the program");
         let run = lb::network::run_xdp(prog, frame, 1, None).expect("BPF_PROG_TEST_RUN");
         (run.verdict, run.output)
+    }
+
+    /// The tc program on `frame`, its verdict in XDP's terms (TC_ACT_OK: pass, TC_ACT_SHOT:
+    /// drop) so that both programs are checked alike.
+    fn run_tc(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        let prog = self.agent.tc_program().expect("the tc program");
+        let mut out = vec![0u8; frame.len() + 256];
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat: 1,
+            ..Default::default()
+        };
+        let res = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
+        out.truncate(res.data_size_out as usize);
+        let verdict = match res.return_value {
+            0 => PASS,
+            2 => DROP,
+            other => panic!("tc verdict {other}"),
+        };
+        (verdict, out)
     }
 
     fn counters(&self) -> Snapshot {
@@ -747,5 +777,100 @@ fn s_tn3_malformed_gue_dropped_as_bad_outer() {
         let frame = eth(ETH_P_IPV4, &outer4(LB4, HOST4, 17, &udp, Twist::default()));
         fx.dropped(what, &frame);
         fx.assert_only(&before, "bad_outer", 1);
+    }
+}
+
+/// S-TN3 where XDP cannot attach: the tc ingress program (`lb decap --mode tc`) gives every
+/// frame the XDP program's verdict, output frame and counter: each tunnel form and family
+/// mix, inner options, a frame that is no tunnel packet, a malformed outer header, an outer
+/// fragment, a foreign source and a VIP outside the list.
+#[test]
+fn s_tn3_tc_program_decides_every_frame_as_the_xdp_one() {
+    let filters = (
+        ["198.51.100.0/24", "2001:db8:1b::/48"],
+        [IpAddr::from(VIP4), VIP6.into()],
+    );
+    let xdp = Fx::new(&filters.0, &filters.1);
+    let tc = Fx::with_hook(&filters.0, &filters.1, Hook::Tc);
+    if let Some(n) = tc.agent.verified_instructions() {
+        println!("verifier: lb_decap_tc processed {n} instructions (limit 1000000)");
+    }
+    let mut with_options = Ipv4::new(CLIENT4, VIP4, datagram());
+    with_options.options = vec![1, 1, 1, 0x44, 8, 5, 0, 0, 0, 0, 0, 0];
+    let bad_checksum = Twist {
+        checksum_off: 1,
+        ..Twist::default()
+    };
+    let fragment = Twist {
+        more_fragments: true,
+        ..Twist::default()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("IPIP", ipip(&inner4(VIP4)), "decapsulated"),
+        ("IP6IP6", ip6ip6(&inner6(VIP6)), "decapsulated"),
+        (
+            "4in6",
+            eth(ETH_P_IPV6, &outer6(LB6, HOST6, 4, &inner4(VIP4), None)),
+            "decapsulated",
+        ),
+        (
+            "6in4",
+            eth(
+                ETH_P_IPV4,
+                &outer4(LB4, HOST4, 41, &inner6(VIP6), Twist::default()),
+            ),
+            "decapsulated",
+        ),
+        (
+            "inner options",
+            ipip(&with_options.to_bytes()),
+            "decapsulated",
+        ),
+        (
+            "UDP to the host",
+            eth(
+                ETH_P_IPV4,
+                &Ipv4::new(CLIENT4, HOST4, datagram()).to_bytes(),
+            ),
+            "not_tunnel",
+        ),
+        (
+            "bad outer checksum",
+            eth(
+                ETH_P_IPV4,
+                &outer4(LB4, HOST4, 4, &inner4(VIP4), bad_checksum),
+            ),
+            "bad_outer",
+        ),
+        (
+            "outer fragment",
+            eth(ETH_P_IPV4, &outer4(LB4, HOST4, 4, &inner4(VIP4), fragment)),
+            "fragment",
+        ),
+        (
+            "foreign source",
+            eth(
+                ETH_P_IPV4,
+                &outer4(STRANGER4, HOST4, 4, &inner4(VIP4), Twist::default()),
+            ),
+            "foreign_source",
+        ),
+        (
+            "VIP outside the list",
+            ipip(&inner4(OTHER_VIP4)),
+            "unknown_vip",
+        ),
+    ];
+    for (what, frame, counter) in cases {
+        let (want_verdict, want_out) = xdp.run(&frame);
+        let before = tc.counters();
+        let (verdict, out) = tc.run(&frame);
+        assert_eq!(verdict, want_verdict, "{what}: verdict");
+        if verdict == PASS
+            && let Some(d) = diff(&want_out, &out)
+        {
+            panic!("{what}: the tc program's frame differs from XDP's:\n{d}");
+        }
+        tc.assert_only(&before, counter, 1);
     }
 }

@@ -385,3 +385,33 @@ fn s_tn3_lb_decap_follow_logs_each_dropped_packet() {
     assert!(lab.xdp_on_link(), "the agent left {BACKEND_IF}");
     assert_eq!(lab.status()["counters"]["foreign_source"], 1);
 }
+
+/// S-TN3 where XDP cannot attach: `lb decap --mode tc` hooks the same checks into tc
+/// ingress; a real IPIP packet reaches the VIP's socket, `--status` names the hook, XDP
+/// stays free for another program, and `--detach` removes it.
+#[test]
+fn s_tn3_lb_decap_tc_mode_decapsulates_at_tc_ingress() {
+    let lab = Lab::new();
+    let out = lab.lb_ok(&["decap", "--iface", BACKEND_IF, "--mode", "tc"]);
+    assert!(out.contains("attached to dcb0 (tc mode)"), "{out}");
+    assert!(!lab.xdp_on_link(), "--mode tc attached XDP");
+    let (got, from) = lab.tunnel_datagram(b"by tc").expect("the datagram arrives");
+    assert_eq!(
+        (got.as_slice(), from),
+        (&b"by tc"[..], (CLIENT, 40000).into())
+    );
+    let s = lab.status();
+    assert_eq!(s["hook"], "tc", "{s}");
+    assert_eq!(s["counters"]["decapsulated"], 1, "{s}");
+    let text = lab.lb_ok(&["decap", "--status", "--iface", BACKEND_IF]);
+    assert!(text.contains("attached (tc ingress)"), "{text}");
+    // A second run updates the maps in place, whatever mode it names.
+    let out = lab.lb_ok(&["decap", "--iface", BACKEND_IF, "--vip", "198.18.77.10"]);
+    assert!(out.contains("updated in place"), "{out}");
+    let out = lab.lb_ok(&["decap", "--detach", "--iface", BACKEND_IF]);
+    assert!(out.contains("detached from dcb0"), "{out}");
+    assert!(
+        lab.tunnel_datagram(b"after").is_none(),
+        "a tunnel packet was decapsulated after --detach"
+    );
+}

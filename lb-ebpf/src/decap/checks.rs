@@ -4,12 +4,11 @@
 //! outer protocol, its length is the outer payload's, its IPv4 header checksum is right).
 //! Each failure names its counter.
 
-use aya_ebpf::bindings::xdp_md;
-use aya_ebpf::helpers::generated::bpf_xdp_load_bytes;
 use lb_common::decap::{DECAP_BAD_INNER, DECAP_BAD_OUTER, DECAP_FRAGMENT};
 use lb_common::{FAMILY_V4, FAMILY_V6};
 
 use crate::csum;
+use crate::frame::Frame;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
 use crate::headers::{IP_FRAG_MASK, IPV6_HDR_LEN};
@@ -49,9 +48,10 @@ fn fixed_sum(ip: *const Ipv4Hdr) -> u64 {
 #[inline(always)]
 pub fn outer(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
     let payload = outer_ip(o, l3, frame)?;
-    let Some(gue) = &o.gue else {
+    let gue = &o.gue;
+    if !gue.present {
         return Ok(payload);
-    };
+    }
     let inner_known = o.proto == PROTO_INNER_V4 || o.proto == PROTO_INNER_V6;
     if !gue.plain || !inner_known || gue.udp_len != payload || payload < GUE_LEN {
         return Err(DECAP_BAD_OUTER);
@@ -96,8 +96,8 @@ fn outer_ip(o: &Outer, l3: usize, frame: usize) -> Result<usize, u32> {
 /// The inner packet at `off` bytes into the frame, which the outer header says is
 /// `payload` bytes long.
 #[inline(always)]
-pub fn inner(
-    ctx: *mut xdp_md,
+pub fn inner<F: Frame>(
+    frame: &F,
     (start, end): (usize, usize),
     o: &Outer,
     off: usize,
@@ -113,7 +113,7 @@ pub fn inner(
         }
         let mut sum = fixed_sum(ip);
         if header > IPV4_HDR_LEN {
-            sum += options_sum(ctx, (off + IPV4_HDR_LEN) as u32, header - IPV4_HDR_LEN)
+            sum += options_sum(frame, (off + IPV4_HDR_LEN) as u32, header - IPV4_HDR_LEN)
                 .ok_or(DECAP_BAD_INNER)?;
         }
         if csum::fold(sum) != 0xffff {
@@ -140,13 +140,9 @@ pub fn inner(
 /// The checksum words of the `len` bytes of inner IPv4 options at `at` (copied onto the
 /// stack, so the verifier sees fixed offsets); `None` when they cannot be read.
 #[inline(always)]
-fn options_sum(ctx: *mut xdp_md, at: u32, len: usize) -> Option<u64> {
+fn options_sum<F: Frame>(frame: &F, at: u32, len: usize) -> Option<u64> {
     let mut buf = [0u8; MAX_OPTIONS];
-    if len == 0 || len > MAX_OPTIONS {
-        return None;
-    }
-    // SAFETY: `buf` holds `len` bytes; the helper checks `at + len` against the frame.
-    if unsafe { bpf_xdp_load_bytes(ctx, at, buf.as_mut_ptr() as *mut _, len as u32) } != 0 {
+    if len == 0 || len > MAX_OPTIONS || !frame.load(at, &mut buf[..len]) {
         return None;
     }
     let mut sum = 0u64;

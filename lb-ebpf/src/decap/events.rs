@@ -3,16 +3,16 @@
 //! frames that are decapsulated or passed pay nothing; records of a level above the one set
 //! at load (`AYA_LOG_LEVEL`, from the loading process's log filter) are not even written.
 
-use aya_ebpf::programs::XdpContext;
 use aya_log_ebpf::debug;
 use lb_common::decap::*;
 use lb_common::{Addr, FAMILY_V4};
 
+use crate::frame::Frame;
 use crate::parse;
 
 /// Logs the drop of a tunnel packet counted under `reason`, naming its outer source.
 #[inline(always)]
-pub fn dropped(ctx: &XdpContext, gue_port: u16, reason: u32) {
+pub fn dropped<F: Frame>(ctx: &F, gue_port: u16, reason: u32) {
     let why = match reason {
         DECAP_BAD_OUTER => "malformed outer header",
         DECAP_FRAGMENT => "outer fragment",
@@ -21,7 +21,7 @@ pub fn dropped(ctx: &XdpContext, gue_port: u16, reason: u32) {
         DECAP_UNKNOWN_VIP => "inner destination outside --vip",
         _ => "dropped",
     };
-    let Some(o) = parse::outer(ctx.data(), ctx.data_end(), gue_port) else {
+    let Some(o) = parse::outer(ctx.start(), ctx.end(), gue_port) else {
         return;
     };
     let family = o.family;

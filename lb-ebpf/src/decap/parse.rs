@@ -41,14 +41,18 @@ pub struct Outer {
     /// 4 (inner IPv4) or 41 (inner IPv6): the outer protocol, or for GUE the GUE header's.
     pub proto: u8,
     /// A GUE packet: UDP and a GUE header follow the outer IP header.
-    pub gue: Option<Gue>,
+    pub gue: Gue,
     /// Addresses in the 16-byte key form (IPv4 in word 0).
     pub saddr: [u32; 4],
     pub daddr: [u32; 4],
 }
 
-/// What a GUE packet's UDP and GUE headers say, for `checks` to judge.
+/// What a GUE packet's UDP and GUE headers say, for `checks` to judge. Every field is set
+/// for IP in IP too (`present` false), so that no byte of an `Outer` is left uninitialised
+/// where the verifier would read it.
 pub struct Gue {
+    /// The packet is GUE (else IP in IP).
+    pub present: bool,
     /// The UDP length field.
     pub udp_len: usize,
     /// The GUE header is variant 0 with no options and no flags (what a balancer sends).
@@ -114,14 +118,16 @@ pub fn outer(start: usize, end: usize, gue_port: u16) -> Option<Outer> {
 /// ends at `l4`: itself for IP in IP; for UDP to the GUE port, the GUE header's. `None`:
 /// no tunnel packet (any other protocol or port, or too short to read the headers).
 #[inline(always)]
-fn tunnel(
-    proto: u8,
-    (start, end): (usize, usize),
-    l4: usize,
-    gue_port: u16,
-) -> Option<(u8, Option<Gue>)> {
+fn tunnel(proto: u8, (start, end): (usize, usize), l4: usize, gue_port: u16) -> Option<(u8, Gue)> {
     if proto == PROTO_INNER_V4 || proto == PROTO_INNER_V6 {
-        return Some((proto, None));
+        return Some((
+            proto,
+            Gue {
+                present: false,
+                udp_len: 0,
+                plain: false,
+            },
+        ));
     }
     if proto != IPPROTO_UDP || gue_port == 0 {
         return None;
@@ -135,11 +141,12 @@ fn tunnel(
     }
     Some((
         gue[1],
-        Some(Gue {
+        Gue {
+            present: true,
             udp_len: u16::from_be_bytes(len) as usize,
             // Version 0, control bit 0, no optional fields, no flags.
             plain: gue[0] == 0 && gue[2] == 0 && gue[3] == 0,
-        }),
+        },
     ))
 }
 
@@ -157,6 +164,6 @@ impl Outer {
     /// What the agent strips: the outer IP header, and for GUE the UDP and GUE headers.
     #[inline(always)]
     pub fn header_len(&self) -> usize {
-        self.ip_len() + if self.gue.is_some() { GUE_LEN } else { 0 }
+        self.ip_len() + if self.gue.present { GUE_LEN } else { 0 }
     }
 }

@@ -10,8 +10,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::maps::{Map, MapData};
 use aya::programs::links::Link as _;
 use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::{Xdp, XdpMode};
+use aya::programs::{ProgramInfo, SchedClassifier, TcAttachType, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
+use aya_obj::generated::bpf_prog_type;
 use aya_obj::programs::XdpAttachType;
 use lb_common::decap::names;
 
@@ -33,10 +34,32 @@ fn map_pin(dir: &Path, name: &str) -> PathBuf {
     dir.join("maps").join(name)
 }
 
-/// The program belongs to this process, or was opened from its pin.
+/// Where the agent hooks into an interface's receive path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// The XDP program, native (driver) or generic (skb).
+    Xdp(XdpMode),
+    /// The tc ingress program (a TCX link), for an interface where XDP cannot attach
+    /// (another XDP program holds it).
+    Tc,
+}
+
+impl Hook {
+    /// The program of the object this hook runs.
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Xdp(_) => names::PROGRAM,
+            Hook::Tc => names::TC_PROGRAM,
+        }
+    }
+}
+
+/// The program belongs to this process (with the name of the one loaded), or was opened
+/// from its pin.
 enum Program {
-    Owned(Box<Ebpf>),
-    Pinned(Box<Xdp>),
+    Owned(Box<Ebpf>, &'static str),
+    PinnedXdp(Box<Xdp>),
+    PinnedTc(Box<SchedClassifier>),
 }
 
 /// The agent's program and maps for one interface.
@@ -49,9 +72,14 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Loads `object` into the kernel; with `dir`, pins the program and maps there (`None`
-    /// keeps a private copy, for tests).
+    /// Loads `object`'s XDP program into the kernel; with `dir`, pins the program and maps
+    /// there (`None` keeps a private copy, for tests).
     pub fn load(object: &[u8], dir: Option<&Path>) -> Result<Agent> {
+        Self::load_for(object, dir, Hook::Xdp(XdpMode::default()))
+    }
+
+    /// Loads the program of `object` that `hook` runs, as [`Agent::load`] does.
+    pub fn load_for(object: &[u8], dir: Option<&Path>, hook: Hook) -> Result<Agent> {
         let level = crate::ebpf_log::load_level();
         let mut ebpf = EbpfLoader::new()
             .override_global(crate::ebpf_log::LEVEL_GLOBAL, &level, false)
@@ -75,21 +103,25 @@ impl Agent {
             }
             maps.push(map);
         }
-        let prog: &mut Xdp = ebpf
-            .program_mut(names::PROGRAM)
-            .ok_or_else(|| anyhow!("the agent's object has no program {}", names::PROGRAM))?
-            .try_into()?;
-        prog.load().context("verifying the agent's XDP program")?;
+        let name = hook.program();
+        let prog = ebpf
+            .program_mut(name)
+            .ok_or_else(|| anyhow!("the agent's object has no program {name}"))?;
+        match hook {
+            Hook::Xdp(_) => <&mut Xdp>::try_from(&mut *prog)?.load(),
+            Hook::Tc => <&mut SchedClassifier>::try_from(&mut *prog)?.load(),
+        }
+        .with_context(|| format!("verifying the agent's program {name}"))?;
         let verified = prog
             .info()
             .ok()
             .and_then(|info| info.verified_instruction_count());
         if let Some(dir) = dir {
             prog.pin(prog_pin(dir))
-                .context("pinning the agent's XDP program")?;
+                .with_context(|| format!("pinning the agent's program {name}"))?;
         }
         Ok(Agent {
-            program: Program::Owned(Box::new(ebpf)),
+            program: Program::Owned(Box::new(ebpf), name),
             maps: DecapMaps::new(maps)?,
             dir: dir.map(Path::to_path_buf),
             verified,
@@ -105,10 +137,20 @@ impl Agent {
                 .with_context(|| format!("opening pinned map {}", path.display()))?;
             maps.push(Map::from_map_data(data)?);
         }
-        let prog = Xdp::from_pin(prog_pin(dir), XdpAttachType::Interface)
-            .with_context(|| format!("opening the program pinned in {}", dir.display()))?;
+        let pin = prog_pin(dir);
+        let opening = || format!("opening the program pinned in {}", dir.display());
+        let info = ProgramInfo::from_pin(&pin).with_context(opening)?;
+        let program = if info.program_type() == bpf_prog_type::BPF_PROG_TYPE_SCHED_CLS {
+            Program::PinnedTc(Box::new(
+                SchedClassifier::from_pin(&pin).with_context(opening)?,
+            ))
+        } else {
+            Program::PinnedXdp(Box::new(
+                Xdp::from_pin(&pin, XdpAttachType::Interface).with_context(opening)?,
+            ))
+        };
         Ok(Agent {
-            program: Program::Pinned(Box::new(prog)),
+            program,
             maps: DecapMaps::new(maps)?,
             dir: Some(dir.to_path_buf()),
             verified: None,
@@ -117,11 +159,24 @@ impl Agent {
 
     /// The kernel's id of the program, by which `lb decap --follow` finds its log ring.
     pub fn program_id(&self) -> Result<u32> {
-        Ok(self
-            .program()?
-            .info()
-            .context("reading the agent's program info")?
-            .id())
+        let info = match &self.program {
+            Program::Owned(ebpf, name) => ebpf
+                .program(name)
+                .ok_or_else(|| anyhow!("program {name} vanished"))?
+                .info(),
+            Program::PinnedXdp(xdp) => xdp.info(),
+            Program::PinnedTc(tc) => tc.info(),
+        };
+        Ok(info.context("reading the agent's program info")?.id())
+    }
+
+    /// Where this agent hooks in: the tc program, or XDP.
+    pub fn is_tc(&self) -> bool {
+        match &self.program {
+            Program::Owned(_, name) => *name == names::TC_PROGRAM,
+            Program::PinnedXdp(_) => false,
+            Program::PinnedTc(_) => true,
+        }
     }
 
     /// Whether `dir` holds a pinned program to open.
@@ -135,30 +190,33 @@ impl Agent {
         self.verified
     }
 
-    /// The program, for attaching and for BPF_PROG_TEST_RUN.
+    /// The XDP program, for BPF_PROG_TEST_RUN.
     pub fn program(&self) -> Result<&Xdp> {
         match &self.program {
-            Program::Owned(ebpf) => Ok(ebpf
-                .program(names::PROGRAM)
-                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+            Program::Owned(ebpf, name) => Ok(ebpf
+                .program(name)
+                .ok_or_else(|| anyhow!("program {name} vanished"))?
                 .try_into()?),
-            Program::Pinned(xdp) => Ok(xdp),
+            Program::PinnedXdp(xdp) => Ok(xdp),
+            Program::PinnedTc(_) => bail!("this agent runs its tc program, not XDP"),
         }
     }
 
-    fn program_mut(&mut self) -> Result<&mut Xdp> {
-        match &mut self.program {
-            Program::Owned(ebpf) => Ok(ebpf
-                .program_mut(names::PROGRAM)
-                .ok_or_else(|| anyhow!("program {} vanished", names::PROGRAM))?
+    /// The tc program, for BPF_PROG_TEST_RUN.
+    pub fn tc_program(&self) -> Result<&SchedClassifier> {
+        match &self.program {
+            Program::Owned(ebpf, name) => Ok(ebpf
+                .program(name)
+                .ok_or_else(|| anyhow!("program {name} vanished"))?
                 .try_into()?),
-            Program::Pinned(xdp) => Ok(xdp),
+            Program::PinnedTc(tc) => Ok(tc),
+            Program::PinnedXdp(_) => bail!("this agent runs its XDP program, not tc"),
         }
     }
 
-    /// Attaches to `iface` and pins the link, unless a link is pinned already. Returns
-    /// whether it attached now.
-    pub fn attach(&mut self, iface: &str, mode: XdpMode) -> Result<bool> {
+    /// Attaches to `iface` by `hook` and pins the link, unless a link is pinned already.
+    /// Returns whether it attached now.
+    pub fn attach(&mut self, iface: &str, hook: Hook) -> Result<bool> {
         let dir = self
             .dir
             .clone()
@@ -167,19 +225,53 @@ impl Agent {
         if path.exists() {
             return Ok(false);
         }
-        let xdp = self.program_mut()?;
-        let id = xdp
-            .attach(iface, mode)
-            .with_context(|| format!("attaching XDP to interface {iface} ({mode:?} mode)"))?;
-        let link = xdp.take_link(id)?;
-        let fd_link: FdLink = link
-            .try_into()
-            .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))?;
+        let fd_link = match (hook, &mut self.program) {
+            (Hook::Xdp(mode), Program::PinnedXdp(xdp)) => attach_xdp(xdp, iface, mode)?,
+            (Hook::Tc, Program::PinnedTc(tc)) => attach_tc(tc, iface)?,
+            (Hook::Xdp(mode), Program::Owned(ebpf, name)) if *name == names::PROGRAM => {
+                let xdp: &mut Xdp = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| anyhow!("program {name} vanished"))?
+                    .try_into()?;
+                attach_xdp(xdp, iface, mode)?
+            }
+            (Hook::Tc, Program::Owned(ebpf, name)) if *name == names::TC_PROGRAM => {
+                let tc: &mut SchedClassifier = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| anyhow!("program {name} vanished"))?
+                    .try_into()?;
+                attach_tc(tc, iface)?
+            }
+            _ => bail!(
+                "lb-decap's pins under {} are of the other hook: `lb decap --detach --iface                  {iface}` first",
+                dir.display()
+            ),
+        };
         fd_link
             .pin(&path)
             .with_context(|| format!("pinning the link of {iface} at {}", path.display()))?;
         Ok(true)
     }
+}
+
+/// Attaches XDP in `mode`; the link, to pin.
+fn attach_xdp(xdp: &mut Xdp, iface: &str, mode: XdpMode) -> Result<FdLink> {
+    let id = xdp
+        .attach(iface, mode)
+        .with_context(|| format!("attaching XDP to interface {iface} ({mode:?} mode)"))?;
+    xdp.take_link(id)?
+        .try_into()
+        .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))
+}
+
+/// Attaches the tc program to the ingress of `iface` (a TCX link); the link, to pin.
+fn attach_tc(tc: &mut SchedClassifier, iface: &str) -> Result<FdLink> {
+    let id = tc
+        .attach(iface, TcAttachType::Ingress)
+        .with_context(|| format!("attaching the tc program to {iface} ingress"))?;
+    tc.take_link(id)?
+        .try_into()
+        .map_err(|e| anyhow!("the kernel attached {iface} without a bpf_link ({e})"))
 }
 
 /// Whether `dir` has a pinned link (the program is attached through it).

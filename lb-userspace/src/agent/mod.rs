@@ -15,7 +15,7 @@ mod ops;
 mod prefix;
 
 pub use addrs::host_addresses;
-pub use loader::{Agent, DEFAULT_PIN_BASE, ensure_bpffs, is_attached};
+pub use loader::{Agent, DEFAULT_PIN_BASE, Hook, ensure_bpffs, is_attached};
 pub use maps::{DecapMaps, MAP_NAMES, Settings, Snapshot};
 pub use object::{OBJECT_ENV, PACKAGED_OBJECT, object_candidates, object_path, read_object};
 pub use ops::{AttachReport, AttachRequest, Status, attach, detach, pin_dir, status};

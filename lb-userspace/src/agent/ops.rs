@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use aya::programs::XdpMode;
 
 use super::addrs::host_addresses;
-use super::loader::{self, Agent};
+use super::loader::{self, Agent, Hook};
 use super::maps::{Settings, Snapshot};
 use super::object;
 use super::prefix::Prefix;
@@ -18,8 +18,8 @@ use super::prefix::Prefix;
 pub struct AttachRequest {
     /// The interface tunnel packets arrive on.
     pub iface: String,
-    /// Native (driver) or generic XDP; used only when the program is attached anew.
-    pub mode: XdpMode,
+    /// Native (driver) or generic XDP, or tc; used only when the program is attached anew.
+    pub hook: Hook,
     /// Balancer prefixes outer sources must be in (empty: any source).
     pub sources: Vec<Prefix>,
     /// VIPs inner destinations must be (empty: any).
@@ -38,8 +38,8 @@ pub struct AttachReport {
     pub dir: PathBuf,
     /// True when the program was already attached and only its maps were rewritten.
     pub updated: bool,
-    /// The attach mode, when attached now.
-    pub mode: Option<XdpMode>,
+    /// Where it hooked in, when attached now.
+    pub hook: Option<Hook>,
     /// Instructions the verifier processed, when loaded now.
     pub verified: Option<u32>,
     /// What the maps hold now.
@@ -95,17 +95,17 @@ pub fn attach(req: &AttachRequest) -> Result<AttachReport> {
         (Agent::open(&dir)?, loader::is_attached(&dir))
     } else {
         let object = object::read_object()?;
-        (Agent::load(&object, Some(&dir))?, false)
+        (Agent::load_for(&object, Some(&dir), req.hook)?, false)
     };
     // The maps first: the program decapsulates nothing wrongly in between.
     agent.maps.write(&settings)?;
-    let attached = agent.attach(&req.iface, req.mode)?;
+    let attached = agent.attach(&req.iface, req.hook)?;
     let now = agent.maps.read()?;
     Ok(AttachReport {
         iface: req.iface.clone(),
         dir,
         updated,
-        mode: attached.then_some(req.mode),
+        hook: attached.then_some(req.hook),
         verified: agent.verified_instructions(),
         settings: now.settings,
         program_id: agent.program_id()?,
@@ -120,6 +120,8 @@ pub struct Status {
     pub dir: PathBuf,
     /// Whether a link is pinned (the program is attached).
     pub attached: bool,
+    /// The program is the tc one (`--mode tc`), not XDP.
+    pub tc: bool,
     /// The maps' settings and counters.
     pub snapshot: Snapshot,
 }
@@ -154,6 +156,7 @@ pub fn status(base: &Path, iface: Option<&str>) -> Result<Vec<Status>> {
         let agent = Agent::open(&dir)?;
         out.push(Status {
             attached: loader::is_attached(&dir),
+            tc: agent.is_tc(),
             snapshot: agent.maps.read()?,
             iface,
             dir,
@@ -202,17 +205,17 @@ fn settings_lines(f: &mut fmt::Formatter<'_>, s: &Settings) -> fmt::Result {
 
 impl fmt::Display for AttachReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.updated, self.mode) {
+        match (self.updated, self.hook) {
             (true, _) => writeln!(
                 f,
                 "lb-decap already attached to {}: maps updated in place",
                 self.iface
             )?,
-            (false, Some(mode)) => {
-                let mode = if mode == XdpMode::Skb {
-                    "skb"
-                } else {
-                    "native"
+            (false, Some(hook)) => {
+                let mode = match hook {
+                    Hook::Xdp(XdpMode::Skb) => "skb",
+                    Hook::Xdp(_) => "native",
+                    Hook::Tc => "tc",
                 };
                 write!(f, "lb-decap attached to {} ({mode} mode)", self.iface)?;
                 match self.verified {
@@ -229,10 +232,10 @@ impl fmt::Display for AttachReport {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = if self.attached {
-            "attached"
-        } else {
-            "pinned, not attached (run lb decap --iface again)"
+        let state = match (self.attached, self.tc) {
+            (true, true) => "attached (tc ingress)",
+            (true, false) => "attached (XDP)",
+            (false, _) => "pinned, not attached (run lb decap --iface again)",
         };
         writeln!(f, "lb-decap on {}: {state}", self.iface)?;
         writeln!(f, "  pins: {}", self.dir.display())?;
@@ -260,6 +263,7 @@ impl Status {
             "iface": self.iface,
             "pin_dir": self.dir.display().to_string(),
             "attached": self.attached,
+            "hook": if self.tc { "tc" } else { "xdp" },
             "sources": strings(s.sources.iter().map(Prefix::to_string).collect()),
             "vips": strings(s.vips.iter().map(IpAddr::to_string).collect()),
             "gue_port": s.gue_port,
