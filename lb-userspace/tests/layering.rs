@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("config", 0),
     ("stats", 0),
+    ("ebpf_log", 0),
     ("health", 1),
     ("selection", 2),
     ("network", 3),
