@@ -1,37 +1,26 @@
 //! Network vServices: Maglev tables, the XDP loader and the map writer.
+//!
+//! `planning` derives what the maps should hold (the plan, Maglev tables); `tables` keeps
+//! each VIP's table in the kernel; `writing` writes a plan into the maps without a packet
+//! ever seeing a half-written VIP; `loading` finds, loads or adopts and attaches the
+//! object. `reflect` paces health into the maps (S-RF2) and `status` reads them back.
 
-mod batch;
-mod btf;
-mod build;
-mod counters;
-mod filter;
-mod hops;
-mod index_set;
-mod loader;
-pub mod maglev;
-mod maps;
-mod nat;
-mod object;
-mod pins;
-mod plan;
+mod loading;
+mod planning;
 mod reflect;
-mod spare;
-mod state;
 mod status;
-mod sys;
-mod table;
-mod tunnel;
-mod veth;
-mod writer;
+mod tables;
+mod writing;
 
-pub use loader::{
+pub use loading::loader::{
     DataPath, LoadOptions, XdpRun, attached_interfaces, detach, forget_state, run_xdp,
 };
-pub use object::{PACKAGED_OBJECT, object_candidates, object_path, read_object};
-pub use plan::{BackendPlan, VipPlan, plan, range_prefixes};
+pub use loading::object::{PACKAGED_OBJECT, object_candidates, object_path, read_object};
+pub use loading::veth::lab_warnings;
+pub use planning::maglev;
+pub use planning::plan::{BackendPlan, VipPlan, plan, range_prefixes};
 pub use reflect::{NetworkReflector, NetworkStatus};
-pub(crate) use state::{run_file, write_atomically};
 pub use status::{BackendStatus, Status, VipStatus};
-pub use table::{TableDump, digest_text};
-pub use veth::lab_warnings;
-pub use writer::{apply, apply_plan};
+pub use tables::table::{TableDump, digest_text};
+pub(crate) use writing::state::{run_file, write_atomically};
+pub use writing::writer::{apply, apply_plan};

@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::loader::DataPath;
-use super::plan::plan;
-use super::writer::apply_plan;
 use crate::config::{Config, ipv6_health_key};
 use crate::health::{Cadence, HealthEngine, View, reflect};
+use crate::network::loading::loader::DataPath;
+use crate::network::planning::plan::plan;
+use crate::network::writing::writer::apply_plan;
 use crate::selection::Health;
 
 /// The task that owns the data path while the daemon runs and rewrites its maps whenever
@@ -86,7 +86,7 @@ fn table_digests(dp: &DataPath) -> BTreeMap<String, String> {
         .map(|v| {
             (
                 format!("{} {}", v.name, v.address),
-                super::table::digest_text(v.table_digest),
+                crate::network::tables::table::digest_text(v.table_digest),
             )
         })
         .collect()

@@ -4,8 +4,8 @@ use anyhow::Result;
 use lb_common::*;
 use serde::Serialize;
 
-use super::loader::DataPath;
-use super::maps::Maps;
+use crate::network::loading::loader::DataPath;
+use crate::network::writing::maps::Maps;
 
 /// Names of the global counters, in index order.
 const GLOBAL_NAMES: [(&str, u32); 18] = [
@@ -134,7 +134,7 @@ impl DataPath {
                     (false, _, false) => "nat".into(),
                 },
                 table_size: v.table_size,
-                table_digest: super::table::digest_text(v.table_digest),
+                table_digest: crate::network::tables::table::digest_text(v.table_digest),
                 counters: Maps::sum_counters(&self.maps.vip_stats, v.vip_id)?,
                 backends,
             });

@@ -18,10 +18,10 @@ use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use lb_common::{clash_table_size, names};
 
-use super::maps::Maps;
-use super::nat::NatBackends;
-use super::spare::Pool;
-use super::state::State;
+use crate::network::tables::spare::Pool;
+use crate::network::writing::maps::Maps;
+use crate::network::writing::nat::NatBackends;
+use crate::network::writing::state::State;
 
 /// Every map the program declares, in the order they are pinned.
 const MAP_NAMES: [&str; 22] = [
@@ -248,7 +248,7 @@ impl DataPath {
         }
         verified.push((
             names::HEALTH_TUNNEL_PROGRAM,
-            super::tunnel::load(&mut ebpf, opts.pin_dir.as_deref())?,
+            crate::network::writing::tunnel::load(&mut ebpf, opts.pin_dir.as_deref())?,
         ));
         Ok(DataPath {
             program: Program::Owned(Box::new(ebpf)),
@@ -257,7 +257,7 @@ impl DataPath {
             pin_dir: opts.pin_dir.clone(),
             adopted: false,
             written: false,
-            table_btf: super::btf::load(),
+            table_btf: crate::network::tables::btf::load(),
             pool: Pool::default(),
             nat: None,
             verified,
@@ -289,7 +289,7 @@ impl DataPath {
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
             written: false,
-            table_btf: super::btf::load(),
+            table_btf: crate::network::tables::btf::load(),
             pool: Pool::default(),
             nat: None,
             verified: Vec::new(),
@@ -363,7 +363,7 @@ impl DataPath {
         // The health checks of servers behind tunnels leave through the same interfaces
         // (S-TN4); forwarding does not depend on it, so a kernel that refuses it only costs
         // those checks their tunnel.
-        if let Err(e) = super::tunnel::attach(&dir, iface) {
+        if let Err(e) = crate::network::writing::tunnel::attach(&dir, iface) {
             tracing::warn!(
                 "health checks of tunnelled servers will not travel the tunnel on {iface}: {e:#}"
             );
@@ -465,7 +465,7 @@ pub fn forget_state(dir: &Path) {
 /// Detaches from `iface` (removing its pinned link). When no interface remains, removes
 /// every pin under `dir`, which unloads the program and frees its maps.
 pub fn detach(dir: &Path, iface: &str) -> Result<bool> {
-    super::tunnel::detach(dir, iface)?;
+    crate::network::writing::tunnel::detach(dir, iface)?;
     let path = link_pin(dir, iface);
     let link = PinnedLink::from_pin(&path).map_err(|e| {
         anyhow!(

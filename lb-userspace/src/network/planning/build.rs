@@ -14,9 +14,9 @@ use std::net::IpAddr;
 use anyhow::Result;
 use tracing::error;
 
-use super::maglev;
-use super::state::VipState;
 use crate::config::FastMap;
+use crate::network::planning::maglev;
+use crate::network::writing::state::VipState;
 
 /// What one VIP's table is after this apply.
 pub(crate) struct Built {

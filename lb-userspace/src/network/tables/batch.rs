@@ -19,7 +19,8 @@ use aya::maps::{Array, MapData};
 use aya_obj::generated::bpf_cmd;
 use lb_common::{BackendSlot, MAGLEV_TABLE_FLAGS};
 
-use super::{btf, sys};
+use crate::network::tables::btf;
+use crate::network::tables::sys;
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]

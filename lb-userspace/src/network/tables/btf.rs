@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 
-use super::sys;
+use crate::network::tables::sys;
 
 /// Type id of `u32` (the key).
 pub(crate) const KEY_TYPE: u32 = 1;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use tracing::warn;
 
-use super::sys;
+use crate::network::tables::sys;
 
 /// The directory of the per-VIP pins under a pin directory.
 pub(crate) fn dir(pin_dir: &Path) -> PathBuf {

@@ -14,7 +14,7 @@ use std::os::fd::BorrowedFd;
 
 use anyhow::Result;
 
-use super::batch::Table;
+use crate::network::tables::batch::Table;
 
 /// Most kernel memory kept in spare tables (1,000 tables of 1,021 entries take 12 MiB,
 /// 100 of 65,537 entries 50 MiB).

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use lb_common::BackendSlot;
 use serde::Serialize;
 
-use super::loader::DataPath;
-use super::maglev;
+use crate::network::loading::loader::DataPath;
+use crate::network::planning::maglev;
 
 /// One VIP's table as the kernel holds it.
 #[derive(Clone, Debug, Serialize)]

@@ -17,9 +17,9 @@ use anyhow::{Context, Result, bail};
 use aya::maps::{Map, MapData};
 use lb_common::{Counters, MAX_BACKEND_SLOTS};
 
-use super::index_set::IndexSet;
-use super::state::State;
-use super::sys;
+use crate::network::tables::sys;
+use crate::network::writing::index_set::IndexSet;
+use crate::network::writing::state::State;
 
 /// The `BACKEND_STATS` index of every Backend Service of one apply, by name.
 pub(crate) struct CounterIds {
@@ -152,7 +152,7 @@ impl Drop for ServiceCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::test_vip;
+    use crate::network::writing::state::test_vip;
 
     /// Counters per Backend Service (S-OB1): a service keeps its index across applies, in
     /// every VIP; a new one takes a free index, listed so its block is zeroed.

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use anyhow::{Context, Result};
 use lb_common::{Addr, FILTER_NAT_BASE, FILTER_WORDS, filter_bit};
 
-use super::maps::Maps;
-use super::state::State;
+use crate::network::writing::maps::Maps;
+use crate::network::writing::state::State;
 
 /// The filter's words for one written state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::{VipState, test_vip};
+    use crate::network::writing::state::{VipState, test_vip};
 
     fn vip(address: &str, dsr: bool, backends: &[&str]) -> VipState {
         let backends: Vec<(&str, u16)> = backends.iter().map(|b| (*b, 80)).collect();

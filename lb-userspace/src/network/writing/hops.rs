@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use anyhow::{Result, bail};
 use lb_common::MAX_HOPS;
 
-use super::index_set::IndexSet;
-use super::state::State;
+use crate::network::writing::index_set::IndexSet;
+use crate::network::writing::state::State;
 
 /// The `HOPS` index of every backend address of one apply.
 pub(crate) struct HopIds {
@@ -61,7 +61,7 @@ impl HopIds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::test_vip;
+    use crate::network::writing::state::test_vip;
 
     #[test]
     fn one_index_per_address_kept_across_applies() {

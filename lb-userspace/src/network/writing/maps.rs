@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::counters::ServiceCounters;
+use crate::network::writing::counters::ServiceCounters;
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{
     Array, ArrayOfMaps, HashMap, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, ProgramArray,

@@ -17,8 +17,8 @@ use std::hash::{Hash, Hasher};
 use anyhow::{Context, Result};
 use lb_common::{Addr, MAX_NAT_TARGETS, NatBackendKey, NatTarget, NatTargets, PROTO_ANY};
 
-use super::maps::Maps;
-use super::state::{State, VipState};
+use crate::network::writing::maps::Maps;
+use crate::network::writing::state::{State, VipState};
 
 /// What `NAT_BACKENDS` holds for one written state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -347,7 +347,7 @@ impl NatBackends {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::state::test_vip;
+    use crate::network::writing::state::test_vip;
 
     fn vip(id: u32, proto: u8, ports: (u16, u16), dsr: bool, backends: &[(&str, u16)]) -> VipState {
         test_vip(id, &format!("198.18.0.{id}"), (proto, ports, dsr), backends)

@@ -19,11 +19,11 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{SchedClassifier, TcAttachType};
 use lb_common::{Addr, FAMILY_V4, FAMILY_V6, HealthTunnel, TunnelSource, names};
 
-use super::loader::DataPath;
 use crate::config::Config;
+use crate::network::loading::loader::DataPath;
 
 /// Where the program is pinned.
-pub(super) fn prog_pin(dir: &Path) -> PathBuf {
+pub(in crate::network) fn prog_pin(dir: &Path) -> PathBuf {
     dir.join("health").join("prog")
 }
 
@@ -33,7 +33,7 @@ fn link_pin(dir: &Path, iface: &str) -> PathBuf {
 
 /// Loads (verifies) the program of a freshly loaded object and pins it under `dir`.
 /// Returns the instructions the verifier processed.
-pub(super) fn load(ebpf: &mut Ebpf, dir: Option<&Path>) -> Result<u32> {
+pub(in crate::network) fn load(ebpf: &mut Ebpf, dir: Option<&Path>) -> Result<u32> {
     let prog: &mut SchedClassifier = ebpf
         .program_mut(names::HEALTH_TUNNEL_PROGRAM)
         .ok_or_else(|| {
@@ -62,7 +62,7 @@ pub(super) fn load(ebpf: &mut Ebpf, dir: Option<&Path>) -> Result<u32> {
 
 /// Attaches the pinned program to the egress of `iface` and pins the link; an interface
 /// that has the link already is left as it is.
-pub(super) fn attach(dir: &Path, iface: &str) -> Result<()> {
+pub(in crate::network) fn attach(dir: &Path, iface: &str) -> Result<()> {
     let path = link_pin(dir, iface);
     if path.exists() {
         return Ok(());
@@ -84,7 +84,7 @@ pub(super) fn attach(dir: &Path, iface: &str) -> Result<()> {
 }
 
 /// Detaches the program from `iface`, if it is attached there.
-pub(super) fn detach(dir: &Path, iface: &str) -> Result<()> {
+pub(in crate::network) fn detach(dir: &Path, iface: &str) -> Result<()> {
     let path = link_pin(dir, iface);
     if !path.exists() {
         return Ok(());

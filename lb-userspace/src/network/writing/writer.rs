@@ -19,17 +19,20 @@ use lb_common::{
 
 use tracing::debug;
 
-use super::counters::CounterIds;
-use super::filter::Filter;
-use super::hops::HopIds;
-use super::index_set::IndexSet;
-use super::loader::DataPath;
-use super::maps::Maps;
-use super::nat::NatBackends;
-use super::plan::{VipPlan, plan, range_prefixes};
-use super::state::{SlotState, State, VipState};
-use super::{batch, build, pins, sys};
 use crate::config::Config;
+use crate::network::loading::loader::DataPath;
+use crate::network::planning::build;
+use crate::network::planning::plan::{VipPlan, plan, range_prefixes};
+use crate::network::tables::batch;
+use crate::network::tables::pins;
+use crate::network::tables::sys;
+use crate::network::writing::counters::CounterIds;
+use crate::network::writing::filter::Filter;
+use crate::network::writing::hops::HopIds;
+use crate::network::writing::index_set::IndexSet;
+use crate::network::writing::maps::Maps;
+use crate::network::writing::nat::NatBackends;
+use crate::network::writing::state::{SlotState, State, VipState};
 use crate::selection::Health;
 
 pub(crate) fn addr_key(a: IpAddr) -> AddrKey {
