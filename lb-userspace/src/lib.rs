@@ -4,9 +4,10 @@
 //! Imports run one way: `config` -> `health` -> `selection` -> {`network`, `proxy`, `gslb`}
 //! -> `daemon` (the running parts behind one handle) -> `cluster` (the shared configuration)
 //! -> `api`; `run` wires the daemon, the cluster and the API together for `lb run`. `stats`
-//! (latency histograms) and `ebpf_log` (the programs' log records as log lines) stand
-//! beside `config` at the bottom: they import nothing of the library. `command_line` (the
-//! clap definitions of `lb`) stands beside `run` at the top.
+//! (latency histograms), `ebpf_log` (the programs' log records as log lines) and `objects`
+//! (where the compiled eBPF objects are) stand beside `config` at the bottom: they import
+//! nothing of the library. `command_line` (the clap definitions of `lb`) stands beside
+//! `run` at the top.
 
 pub mod agent;
 pub mod api;
@@ -18,6 +19,7 @@ pub mod ebpf_log;
 pub mod gslb;
 pub mod health;
 pub mod network;
+pub mod objects;
 pub mod proxy;
 pub mod routing;
 pub mod run;

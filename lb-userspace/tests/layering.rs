@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("config", 0),
     ("stats", 0),
     ("ebpf_log", 0),
+    ("objects", 0),
     ("health", 1),
     ("selection", 2),
     ("network", 3),
