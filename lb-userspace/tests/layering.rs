@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("stats", 0),
     ("ebpf_log", 0),
     ("objects", 0),
+    ("bpffs", 0),
     ("health", 1),
     ("selection", 2),
     ("network", 3),

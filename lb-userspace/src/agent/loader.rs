@@ -298,48 +298,7 @@ pub fn detach(dir: &Path, iface: &str) -> Result<()> {
     fs::remove_dir_all(dir).with_context(|| format!("removing pins under {}", dir.display()))
 }
 
-/// Makes sure `dir` is on a mounted bpffs, mounting /sys/fs/bpf when nothing is there;
-/// refuses inside a mount namespace of its own (`ip netns exec` remounts /sys), where pins
-/// would vanish with this process and the program with them.
+/// Makes sure `dir` is on a mounted bpffs and exists (`crate::bpffs`).
 pub fn ensure_bpffs(dir: &Path) -> Result<()> {
-    let root = Path::new("/sys/fs/bpf");
-    if dir.starts_with(root) && !is_bpffs(root) {
-        if own_mount_namespace() {
-            bail!(
-                "/sys/fs/bpf is not the host's bpf filesystem in this mount namespace (as \
-                 under `ip netns exec`): pins made here would vanish when lb exits. Run lb \
-                 with `nsenter --net=/run/netns/NS lb ...` instead"
-            );
-        }
-        fs::create_dir_all(root).context("creating /sys/fs/bpf")?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
-            .status()
-            .context("running mount -t bpf")?
-            .success();
-        if !ok {
-            bail!("/sys/fs/bpf is not a bpf filesystem and mounting one failed");
-        }
-    }
-    fs::create_dir_all(dir).with_context(|| format!("creating pin directory {}", dir.display()))
-}
-
-fn own_mount_namespace() -> bool {
-    let parent = format!("/proc/{}/ns/mnt", std::os::unix::process::parent_id());
-    match (fs::read_link("/proc/self/ns/mnt"), fs::read_link(parent)) {
-        (Ok(me), Ok(parent)) => me != parent,
-        _ => false,
-    }
-}
-
-fn is_bpffs(path: &Path) -> bool {
-    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: a zeroed statfs is a valid out-parameter.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid NUL-terminated path and st a properly sized out-parameter.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    crate::bpffs::ensure(dir)
 }
